@@ -1,0 +1,162 @@
+"""The contracts between the runtime and the reconcilers built on it.
+
+Reconcilers depend only on these types (not on the concrete cache, client or manager), so they
+can be unit-tested with in-memory fakes and the runtime can change underneath them. Objects are
+plain JSON dicts as the API server sends them: hot paths never build model classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+Obj = dict[str, Any]
+"""A Kubernetes object as decoded JSON."""
+
+PatchType = Literal["merge", "json", "strategic", "apply"]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Identifies a REST resource: what a client needs to build URLs, and its Kind."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_kind(self) -> tuple[str, str]:
+        return (self.group, self.kind)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Request:
+    """What a reconciler is asked to converge: one object, by key."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a reconcile asks of the queue: nothing, or a timed requeue."""
+
+    requeue_after: float | None = None
+
+
+class TerminalError(Exception):
+    """A reconcile error that retrying cannot fix: logged and counted, not requeued."""
+
+
+class ApiError(Exception):
+    """An error status from the API server."""
+
+    def __init__(self, status: int, reason: str, message: str, body: Obj | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409 and self.reason != "AlreadyExists"
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+class Reconciler(Protocol):
+    """Level-triggered: converge the object named by ``request``; safe to call any time."""
+
+    async def reconcile(self, request: Request) -> Result: ...
+
+
+class Reader(Protocol):
+    """Read side of an informer cache for one resource. Returned objects must not be mutated."""
+
+    def get(self, namespace: str, name: str) -> Obj | None: ...
+
+    def list(
+        self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+    ) -> list[Obj]: ...
+
+    def by_index(self, index: str, value: str) -> list[Obj]: ...
+
+
+class Client(Protocol):
+    """Writes (and uncached reads) against the API server, on raw JSON."""
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Obj: ...
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> Obj: ...
+
+    async def create(
+        self, resource: Resource, namespace: str, body: Obj, *, field_manager: str | None = None
+    ) -> Obj: ...
+
+    async def update(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Obj,
+        *,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> Obj: ...
+
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: Obj | Sequence[Obj],
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> Obj: ...
+
+    async def delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        *,
+        propagation_policy: str | None = None,
+        preconditions: Mapping[str, str] | None = None,
+    ) -> Obj | None: ...
+
+
+class EventRecorder(Protocol):
+    """Emits events.k8s.io/v1 Events about an object (best effort, never raises)."""
+
+    def event(self, obj: Obj, *, type_: str, reason: str, action: str, note: str) -> None: ...

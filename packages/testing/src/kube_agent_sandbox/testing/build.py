@@ -1,0 +1,268 @@
+"""Build the local test cluster's binaries from Go modules into a cache outside the repository.
+
+There is no container engine or release download on the machines that test this project, but
+the Go module proxy is reachable, so etcd, the Kubernetes components and kwok are compiled from
+their modules at the versions pinned in ``versions.py``. The build is idempotent: a binary that
+is present and reports the pinned version is never rebuilt.
+
+Usage: ``python -m kube_agent_sandbox.testing.build [--with-node]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from kube_agent_sandbox.testing import versions
+
+
+class BuildError(RuntimeError):
+    """A component could not be built or does not report the pinned version."""
+
+
+def _log(message: str) -> None:
+    print(f"[testenv-build {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("Go is required to build the test cluster's binaries; install Go >= 1.25")
+    return go
+
+
+def _run_go(args: Sequence[str], *, cwd: Path, env: dict[str, str], what: str) -> None:
+    """Run a go command, printing a progress line every 100 packages and every 60 seconds."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [_go(), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    count = 0
+    stop = threading.Event()
+
+    def heartbeat() -> None:
+        while not stop.wait(60):
+            _log(f"{what}: still building, {count} packages, {time.monotonic() - started:.0f}s")
+
+    ticker = threading.Thread(target=heartbeat, daemon=True)
+    ticker.start()
+    try:
+        for line in proc.stdout:
+            count += 1
+            lines.append(line.rstrip())
+            if count % 100 == 0:
+                _log(f"{what}: {count} packages, {time.monotonic() - started:.0f}s")
+        rc = proc.wait()
+    finally:
+        stop.set()
+    if rc != 0:
+        tail = "\n".join(lines[-40:])
+        raise BuildError(f"{what} failed (go {' '.join(args[:2])} exit {rc}):\n{tail}")
+    _log(f"{what}: done in {time.monotonic() - started:.0f}s")
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CGO_ENABLED", "0")
+    env["GOFLAGS"] = "-mod=mod"
+    env.setdefault("GOTOOLCHAIN", "local")
+    return env
+
+
+def _version_output(binary: Path) -> str:
+    # etcd and kwok take --version; the Kubernetes binaries take --version too, but kubectl
+    # wants `version --client`.
+    args = ["version", "--client"] if binary.name == "kubectl" else ["--version"]
+    try:
+        out = subprocess.run(
+            [str(binary), *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return ""
+    return out.stdout + out.stderr
+
+
+def _has_version(binary: Path, version: str) -> bool:
+    return binary.is_file() and version.lstrip("v") in _version_output(binary)
+
+
+def _staging_replaces(kubernetes_gomod: Path) -> list[str]:
+    """Module paths that k8s.io/kubernetes requires at v0.0.0 (its in-tree staging modules)."""
+    text = kubernetes_gomod.read_text()
+    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.\-/]+) v0\.0\.0\s*$", text, re.MULTILINE)))
+
+
+def _ldflags(version: str) -> str:
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamp = {
+        "gitVersion": version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {package}.{key}={value}" for key, value in stamp.items()]
+    return " ".join(flags)
+
+
+def build_kubernetes(bin_dir: Path, names: Sequence[str]) -> None:
+    """Build Kubernetes commands through a throwaway module that replaces the staging modules."""
+    missing = [n for n in names if not _has_version(bin_dir / n, versions.KUBERNETES_VERSION)]
+    if not missing:
+        _log(f"kubernetes {versions.KUBERNETES_VERSION}: {', '.join(names)} present")
+        return
+    env = _go_env()
+    with tempfile.TemporaryDirectory(prefix="k8s-build-") as tmp:
+        work = Path(tmp)
+        _run_go(["mod", "init", "agent-sandbox.testenv/k8s"], cwd=work, env=env, what="go mod")
+        info = subprocess.run(
+            [_go(), "mod", "download", "-json", f"k8s.io/kubernetes@{versions.KUBERNETES_VERSION}"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if info.returncode != 0:
+            raise BuildError(f"cannot download k8s.io/kubernetes: {info.stdout}{info.stderr}")
+        gomod = Path(json.loads(info.stdout)["GoMod"])
+        edits = [f"-require=k8s.io/kubernetes@{versions.KUBERNETES_VERSION}"]
+        edits += [
+            f"-replace={m}={m}@{versions.KUBERNETES_STAGING_VERSION}"
+            for m in _staging_replaces(gomod)
+        ]
+        _run_go(["mod", "edit", *edits], cwd=work, env=env, what="go mod edit")
+        packages = [f"k8s.io/kubernetes/cmd/{n}" for n in missing]
+        _log(f"building {', '.join(missing)} {versions.KUBERNETES_VERSION} (cold: 15-30 min)")
+        _run_go(
+            [
+                "build",
+                "-v",
+                "-trimpath",
+                "-tags",
+                "selinux,notest",
+                "-ldflags",
+                _ldflags(versions.KUBERNETES_VERSION),
+                "-o",
+                str(bin_dir) + "/",
+                *packages,
+            ],
+            cwd=work,
+            env=env,
+            what="kubernetes",
+        )
+
+
+def build_etcd(bin_dir: Path) -> None:
+    """Build the etcd server; its go.mod has replace directives, so not via `go install`."""
+    if _has_version(bin_dir / "etcd", versions.ETCD_VERSION):
+        _log(f"etcd {versions.ETCD_VERSION} present")
+        return
+    env = _go_env()
+    with tempfile.TemporaryDirectory(prefix="etcd-build-") as tmp:
+        work = Path(tmp)
+        _run_go(["mod", "init", "agent-sandbox.testenv/etcd"], cwd=work, env=env, what="go mod")
+        _run_go(
+            ["mod", "edit", f"-require=go.etcd.io/etcd/server/v3@{versions.ETCD_VERSION}"],
+            cwd=work,
+            env=env,
+            what="go mod edit",
+        )
+        _run_go(
+            [
+                "build",
+                "-v",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                str(bin_dir / "etcd"),
+                "go.etcd.io/etcd/server/v3",
+            ],
+            cwd=work,
+            env=env,
+            what="etcd",
+        )
+
+
+def build_kwok(bin_dir: Path) -> None:
+    """Install kwok, whose module has no replace directives."""
+    if _has_version(bin_dir / "kwok", versions.KWOK_VERSION):
+        _log(f"kwok {versions.KWOK_VERSION} present")
+        return
+    env = _go_env()
+    env["GOBIN"] = str(bin_dir)
+    env.pop("GOFLAGS", None)
+    _run_go(
+        ["install", "-v", "-trimpath", f"sigs.k8s.io/kwok/cmd/kwok@{versions.KWOK_VERSION}"],
+        cwd=bin_dir,
+        env=env,
+        what="kwok",
+    )
+
+
+def kwok_stage_dir() -> Path:
+    """kwok's stock Stage definitions, read from the Go module cache (never copied)."""
+    modcache = subprocess.run(
+        [_go(), "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return Path(modcache) / f"sigs.k8s.io/kwok@{versions.KWOK_VERSION}" / "kustomize" / "stage"
+
+
+def build_all(*, with_node: bool) -> Path:
+    """Build everything that is missing and return the binary directory."""
+    bin_dir = versions.bin_dir()
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    build_etcd(bin_dir)
+    build_kwok(bin_dir)
+    names = list(versions.KUBERNETES_BINARIES)
+    if with_node:
+        names += versions.NODE_BINARIES
+    build_kubernetes(bin_dir, names)
+    for name in ["etcd", "kwok", *names]:
+        expected = {"etcd": versions.ETCD_VERSION, "kwok": versions.KWOK_VERSION}.get(
+            name, versions.KUBERNETES_VERSION
+        )
+        if not _has_version(bin_dir / name, expected):
+            raise BuildError(f"{bin_dir / name} does not report version {expected}")
+    _log(f"all binaries ready in {bin_dir} ({time.monotonic() - started:.0f}s)")
+    return bin_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--with-node", action="store_true", help="also build kubelet and kube-proxy"
+    )
+    args = parser.parse_args(argv)
+    try:
+        build_all(with_node=args.with_node)
+    except BuildError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Pinned versions of every component of the local test cluster, in one place.
+
+The build (``build.py``) and the harness (``cluster.py``) both read these pins, so a bump here
+rebuilds into a fresh cache directory and never mixes binaries of two versions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.36.3"
+# k8s.io/kubernetes pins its staging modules as v0.0.0 + local replaces; the published staging
+# modules carry the same minor/patch with a v0 major.
+KUBERNETES_STAGING_VERSION = "v0.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+
+KUBERNETES_BINARIES = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+)
+# Built only for the real-node mode of the local cluster.
+NODE_BINARIES = ("kubelet", "kube-proxy")
+
+
+def cache_root() -> Path:
+    """Directory that holds built binaries, outside the repository."""
+    override = os.environ.get("AGENT_SANDBOX_TESTENV_CACHE")
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "agent-sandbox" / "testenv"
+
+
+def bin_dir() -> Path:
+    """Directory of the binaries for the pinned versions."""
+    return (
+        cache_root() / f"k8s-{KUBERNETES_VERSION}_etcd-{ETCD_VERSION}_kwok-{KWOK_VERSION}" / "bin"
+    )
