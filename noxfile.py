@@ -1,0 +1,195 @@
+"""Every CI step is a nox session; `nox` with no arguments runs what CI runs.
+
+All sessions share one uv-managed environment (`.venv`, every workspace package editable, the
+dev tool chain pinned by uv.lock), so a session starts in a second instead of building its
+own virtualenv. `nox -s build` is the exception: it checks each wheel alone in a clean venv.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "tests",
+    "check-generated",
+    "docs",
+    "build",
+    "integration",
+    "e2e",
+]
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+PACKAGES = ["api-types", "controller", "extensions", "sdk"]
+IMPORTS = {
+    "api-types": "kube_agent_sandbox.api",
+    "controller": "kube_agent_sandbox.controller",
+    "extensions": "kube_agent_sandbox.extensions",
+    "sdk": "kube_agent_sandbox.sdk",
+}
+UNIT_TESTS = [f"packages/{p}/tests/unit" for p in [*PACKAGES, "testing"]]
+INTEGRATION_TESTS = [
+    str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("packages/*/tests/integration"))
+]
+
+
+def _sync(session: nox.Session) -> None:
+    """Bring .venv in line with uv.lock (fast no-op when nothing changed)."""
+    session.run("uv", "sync", "--all-packages", "--all-groups", "--locked", external=True)
+
+
+def _uv_run(session: nox.Session, *args: str, **kwargs: object) -> None:
+    session.run("uv", "run", "--frozen", "--no-sync", *args, external=True, **kwargs)  # type: ignore[arg-type]
+
+
+def _pytest_exit_ok(session: nox.Session, *args: str) -> None:
+    """Run pytest; a run that collects no test is a failure, not a pass."""
+    _uv_run(session, "pytest", *args, *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check, ruff format --check and the import layering contracts."""
+    _sync(session)
+    _uv_run(session, "ruff", "check", ".")
+    _uv_run(session, "ruff", "format", "--check", ".")
+    _uv_run(session, "lint-imports")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package's sources."""
+    _sync(session)
+    _uv_run(session, "mypy")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit tests: no cluster needed."""
+    _sync(session)
+    _pytest_exit_ok(session, *UNIT_TESTS)
+
+
+@nox.session
+def testenv(session: nox.Session) -> None:
+    """Build the local cluster's binaries (etcd, Kubernetes, kwok) into the cache."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", *session.posargs)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Integration tests against a real kube-apiserver (local cluster by default)."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    _pytest_exit_ok(session, "-p", "no:randomly", *INTEGRATION_TESTS)
+
+
+@nox.session
+def e2e(session: nox.Session) -> None:
+    """End-to-end tests: controller deployed in the cluster, driven through kubectl and the API."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-node")
+    _pytest_exit_ok(session, "e2e")
+
+
+@nox.session
+def cluster(session: nox.Session) -> None:
+    """Start the local cluster for manual use; prints KUBECONFIG and how to stop it."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.cluster", *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: a local cluster, the controller, and a demo sandbox, step by step."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-node")
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.demo", *session.posargs)
+
+
+@nox.session
+def generate(session: nox.Session) -> None:
+    """Rewrite every generated file (CRDs, RBAC)."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen")
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen")
+
+
+@nox.session(name="check-generated")
+def check_generated(session: nox.Session) -> None:
+    """Fail when a generated file is stale."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen", "--check")
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen", "--check")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site; any warning is an error."""
+    _sync(session)
+    _uv_run(session, "mkdocs", "build", "--strict", "--site-dir", "site")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build wheels and sdists of the four packages; each wheel must install alone and import."""
+    _sync(session)
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    for package in PACKAGES:
+        session.run(
+            "uv", "build", "--quiet", "--out-dir", str(dist), f"packages/{package}", external=True
+        )
+    wheels = {
+        p: _one(dist.glob(f"kube_agent_sandbox_{p.replace('-', '_')}-*.whl")) for p in PACKAGES
+    }
+    for package, wheel in wheels.items():
+        with tempfile.TemporaryDirectory(prefix=f"wheel-{package}-") as tmp:
+            venv = Path(tmp) / "venv"
+            session.run(
+                "uv", "venv", "--quiet", "--python", sys.executable, str(venv), external=True
+            )
+            python = str(venv / "bin" / "python")
+            # Siblings come from dist/ (pinned ==), everything else from the index.
+            session.run(
+                "uv", "pip", "install", "--quiet", "--python", python,
+                "--find-links", str(dist), str(wheel), external=True,
+            )  # fmt: skip
+            code = f"import {IMPORTS[package]} as m; print(m.__name__, m.__version__)"
+            session.run(python, "-c", code, external=True)
+            if package == "controller":
+                session.run(
+                    str(venv / "bin" / "agent-sandbox-controller"), "--version", external=True
+                )
+    session.log(f"built and checked: {', '.join(sorted(p.name for p in dist.iterdir()))}")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: print numbers and write a report under bench/reports/."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    _uv_run(session, "python", "bench/run.py", *session.posargs)
+
+
+def _one(paths: object) -> Path:
+    found = sorted(paths)  # type: ignore[call-overload]
+    if len(found) != 1:
+        raise RuntimeError(f"expected exactly one file, found {found}")
+    return Path(found[0])
+
+
+if os.environ.get("CI") == "true" and shutil.which("uv") is None:  # pragma: no cover
+    subprocess.run([sys.executable, "-m", "pip", "install", "uv"], check=True)
