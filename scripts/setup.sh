@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Everything a fresh machine needs before `uv run nox`: system packages for the real-node
+# cluster mode, uv, the locked Python environment, and the local cluster's binaries (built from
+# Go modules into ~/.cache/agent-sandbox/testenv). Idempotent: a second run does almost nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# System packages: containerd/runc/CNI plugins run the real node; iptables and iproute2 its
+# networking; debootstrap builds image root filesystems without a registry.
+APT_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2 debootstrap conntrack socat)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    log "missing system packages (${missing[*]}): run as root or install them, then retry"
+    exit 1
+  fi
+  log "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The Debian package starts a system containerd; the harness runs its own, so stop the
+  # service (by its unit, not by process name) when systemd manages it.
+  if command -v systemctl >/dev/null && systemctl is-active --quiet containerd 2>/dev/null; then
+    systemctl disable --now containerd >/dev/null 2>&1 || true
+  fi
+fi
+
+if ! command -v go >/dev/null; then
+  log "Go >= 1.25 is required to build the local cluster's binaries (https://go.dev/doc/install)"
+  exit 1
+fi
+
+if ! command -v uv >/dev/null; then
+  log "installing uv"
+  python3 -m pip install --quiet --disable-pip-version-check "uv==0.13.8"
+  command -v pyenv >/dev/null && pyenv rehash
+fi
+
+log "syncing the Python environment (uv.lock)"
+uv sync --all-packages --all-groups --locked --quiet
+
+log "building the local cluster's binaries (cold: ~25 min, warm: seconds)"
+uv run --frozen --no-sync python -m kube_agent_sandbox.testing.build --with-node
+log "ready: 'uv run nox -s demo' for the demo, 'uv run nox' for the tests"
