@@ -74,6 +74,14 @@ ANNOTATION_STORAGE_MIGRATED_AT: Final = "agents.x-k8s.io/storage-migrated-at"
 
 SHADOW_POOL_PREFIX: Final = "shadow-pool-"
 
+# --- Enum values used by conversion (spec sections 1.2-1.7) ------------------------------------
+OPERATING_MODE_RUNNING: Final = "Running"
+OPERATING_MODE_SUSPENDED: Final = "Suspended"
+# v1alpha1 SandboxClaim spec.warmpool: these two (and "") mean "no specific pool".
+WARM_POOL_POLICY_NONE: Final = "none"
+WARM_POOL_POLICY_DEFAULT: Final = "default"
+VOLUME_CLAIM_TEMPLATES_POLICIES: Final = frozenset({"Disallowed", "Allowed", "Overrides"})
+
 # Keys under these prefixes (and the trace annotation) are never copied from a user's pod
 # template to a Pod: they belong to the controllers.
 SYSTEM_PREFIXES: Final = (f"{GROUP}/", f"{EXTENSIONS_GROUP}/")
