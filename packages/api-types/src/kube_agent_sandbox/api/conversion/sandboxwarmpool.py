@@ -1,0 +1,37 @@
+"""SandboxWarmPool conversion: only ``spec.replicas`` differs (required in v1alpha1).
+
+alpha->beta copies ``replicas`` (an absent value is Go's zero, 0) and records the v1alpha1
+state annotation; beta->alpha maps an absent ``replicas`` to 1 and strips the state annotation
+without reading it (spec section 1.7). ``updateStrategy``, ``sandboxTemplateRef`` and
+``status`` are copied unchanged.
+"""
+
+from __future__ import annotations
+
+from kube_agent_sandbox.api.constants import ANNOTATION_V1ALPHA1_SANDBOXWARMPOOL_STATE
+from kube_agent_sandbox.api.conversion._common import (
+    Obj,
+    encode_state,
+    ensure_dict,
+    opt_int32,
+    pop_annotation,
+    set_annotation,
+)
+
+
+def to_hub(obj: Obj) -> Obj:
+    """Convert a v1alpha1 SandboxWarmPool (a private copy, changed in place) to v1beta1."""
+    state = encode_state(obj, ANNOTATION_V1ALPHA1_SANDBOXWARMPOOL_STATE)
+    spec = ensure_dict(obj, "spec", "spec")
+    spec["replicas"] = opt_int32(spec, "replicas", "spec.replicas") or 0
+    set_annotation(obj, ANNOTATION_V1ALPHA1_SANDBOXWARMPOOL_STATE, state)
+    return obj
+
+
+def from_hub(obj: Obj) -> Obj:
+    """Convert a v1beta1 SandboxWarmPool (a private copy, changed in place) to v1alpha1."""
+    spec = ensure_dict(obj, "spec", "spec")
+    replicas = opt_int32(spec, "replicas", "spec.replicas")
+    spec["replicas"] = 1 if replicas is None else replicas
+    pop_annotation(obj, ANNOTATION_V1ALPHA1_SANDBOXWARMPOOL_STATE)
+    return obj
