@@ -1,0 +1,328 @@
+"""Sandbox status conditions: apimachinery's SetStatusCondition and the Sandbox condition rules.
+
+Clients (the SDK, the claim controller, e2e tests comparing whole statuses) depend on the exact
+type/status/reason/message strings, on the list order (order of first insertion) and on
+lastTransitionTime moving only when a status flips, so all of that lives here, in pure
+functions that unit tests can pin down (spec sections 3.7 and "Conventions").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.sandbox.ownership import is_owned_by
+from kube_agent_sandbox.controller.sandbox.resources import OPERATING_MODE_SUSPENDED
+
+TRUE = "True"
+FALSE = "False"
+UNKNOWN = "Unknown"
+
+
+def format_time(moment: dt.datetime) -> str:
+    """Render a time the way metav1.Time serialises: RFC 3339, UTC, whole seconds."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_condition(
+    type_: str, status: str, reason: str, message: str, *, observed_generation: int
+) -> Obj:
+    """Build a metav1.Condition dict without lastTransitionTime (SetStatusCondition adds it)."""
+    cond: Obj = {"type": type_, "status": status}
+    if observed_generation:
+        cond["observedGeneration"] = observed_generation
+    cond["reason"] = reason
+    cond["message"] = message
+    return cond
+
+
+def find_condition(conditions: Sequence[Obj] | None, type_: str) -> Obj | None:
+    """Return the condition of the given type, or None."""
+    for cond in conditions or ():
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def is_condition_true(conditions: Sequence[Obj] | None, type_: str) -> bool:
+    """True when a condition of this type exists with status True."""
+    cond = find_condition(conditions, type_)
+    return cond is not None and cond.get("status") == TRUE
+
+
+def set_status_condition(conditions: list[Obj], new: Obj, *, now: dt.datetime) -> bool:
+    """Set ``new`` in ``conditions`` exactly like apimachinery ``meta.SetStatusCondition``.
+
+    A condition of a new type is appended at the end (lastTransitionTime = ``new``'s if set,
+    else ``now``). An existing condition is updated in place; its lastTransitionTime changes
+    only when the status changes. Reason, message and observedGeneration are overwritten.
+
+    Args:
+        conditions: The list to update in place.
+        new: The condition to set (lastTransitionTime optional).
+        now: The time to stamp on a transition when ``new`` carries none.
+
+    Returns:
+        Whether anything changed.
+    """
+    existing = find_condition(conditions, new["type"])
+    ltt = new.get("lastTransitionTime") or format_time(now)
+    if existing is None:
+        appended = dict(new)
+        appended["lastTransitionTime"] = ltt
+        conditions.append(appended)
+        return True
+    changed = False
+    if existing.get("status") != new.get("status"):
+        existing["status"] = new.get("status")
+        existing["lastTransitionTime"] = ltt
+        changed = True
+    for key in ("reason", "message"):
+        if existing.get(key, "") != new.get(key, ""):
+            existing[key] = new.get(key, "")
+            changed = True
+    new_gen = new.get("observedGeneration", 0) or 0
+    if (existing.get("observedGeneration", 0) or 0) != new_gen:
+        if new_gen:
+            existing["observedGeneration"] = new_gen
+        else:
+            existing.pop("observedGeneration", None)
+        changed = True
+    return changed
+
+
+def remove_status_condition(conditions: list[Obj], type_: str) -> bool:
+    """Remove the condition of this type; return whether one was removed."""
+    before = len(conditions)
+    conditions[:] = [cond for cond in conditions if cond.get("type") != type_]
+    return len(conditions) != before
+
+
+def _generation(sandbox: Obj) -> int:
+    return int(sandbox.get("metadata", {}).get("generation", 0) or 0)
+
+
+def _suspended(sandbox: Obj) -> bool:
+    return bool(sandbox.get("spec", {}).get("operatingMode") == OPERATING_MODE_SUSPENDED)
+
+
+def compute_suspended(sandbox: Obj, pod: Obj | None, *, pod_failed: bool) -> Obj:
+    """The Suspended condition (always present).
+
+    Args:
+        sandbox: The Sandbox.
+        pod: The Pod found or created for it, if any.
+        pod_failed: Whether reconciling the pod produced an error.
+
+    Returns:
+        The condition to set.
+    """
+    gen = _generation(sandbox)
+    if not _suspended(sandbox):
+        return new_condition(
+            c.CONDITION_SUSPENDED,
+            FALSE,
+            c.REASON_NOT_SUSPENDED,
+            "Sandbox is not suspended",
+            observed_generation=gen,
+        )
+    if pod is None and pod_failed:
+        return new_condition(
+            c.CONDITION_SUSPENDED,
+            UNKNOWN,
+            c.REASON_POD_STATE_UNKNOWN,
+            "Pod state is unknown. Sandbox suspension cannot be confirmed",
+            observed_generation=gen,
+        )
+    if pod is None:
+        return new_condition(
+            c.CONDITION_SUSPENDED,
+            TRUE,
+            c.REASON_POD_TERMINATED,
+            "Pod has been terminated. Sandbox is suspended",
+            observed_generation=gen,
+        )
+    if not is_owned_by(pod, sandbox):
+        return new_condition(
+            c.CONDITION_SUSPENDED,
+            FALSE,
+            c.REASON_POD_NOT_OWNED,
+            "Refused to delete pod because it is not owned by this sandbox",
+            observed_generation=gen,
+        )
+    return new_condition(
+        c.CONDITION_SUSPENDED,
+        FALSE,
+        c.REASON_POD_TERMINATING,
+        "Pod is terminating. Sandbox is suspending",
+        observed_generation=gen,
+    )
+
+
+def compute_finished(sandbox: Obj, pod: Obj | None) -> Obj | None:
+    """The Finished condition: only for a terminal pod controlled by this Sandbox."""
+    if pod is None or not is_owned_by(pod, sandbox):
+        return None
+    phase = pod.get("status", {}).get("phase")
+    gen = _generation(sandbox)
+    if phase == "Succeeded":
+        return new_condition(
+            c.CONDITION_FINISHED,
+            TRUE,
+            c.REASON_POD_SUCCEEDED,
+            "Pod completed successfully",
+            observed_generation=gen,
+        )
+    if phase == "Failed":
+        return new_condition(
+            c.CONDITION_FINISHED, TRUE, c.REASON_POD_FAILED, "Pod failed", observed_generation=gen
+        )
+    return None
+
+
+def _pod_ready_message(pod: Obj | None) -> tuple[str, bool]:
+    if pod is None:
+        return "Pod does not exist", False
+    status: dict[str, Any] = pod.get("status") or {}
+    phase = status.get("phase") or ""
+    message = f"Pod exists with phase: {phase}"
+    if phase != "Running":
+        return message, False
+    message = "Pod is Running but not Ready"
+    for cond in status.get("conditions") or ():
+        if cond.get("type") != "Ready":
+            continue
+        if cond.get("status") == TRUE:
+            if not status.get("podIPs"):
+                return "Pod is Ready but has no podIPs yet", False
+            return "Pod is Ready", True
+        break
+    return message, False
+
+
+def compute_ready(
+    sandbox: Obj,
+    *,
+    pod: Obj | None,
+    service: Obj | None,
+    error_text: str | None,
+    multiple_pods_text: str | None = None,
+) -> Obj:
+    """The Ready condition, evaluated in upstream's order (spec section 3.7).
+
+    Args:
+        sandbox: The Sandbox.
+        pod: The Pod found or created, if any.
+        service: The Service found, created or adopted, if any.
+        error_text: Joined text of every reconcile error, or None.
+        multiple_pods_text: Set when several pods are controlled by the Sandbox.
+
+    Returns:
+        The condition to set.
+    """
+    gen = _generation(sandbox)
+    if multiple_pods_text is not None:
+        return new_condition(
+            c.CONDITION_READY,
+            FALSE,
+            c.REASON_MULTIPLE_PODS,
+            multiple_pods_text,
+            observed_generation=gen,
+        )
+    if error_text is not None:
+        return new_condition(
+            c.CONDITION_READY,
+            FALSE,
+            c.REASON_RECONCILER_ERROR,
+            "Error seen: " + error_text,
+            observed_generation=gen,
+        )
+    if _suspended(sandbox):
+        message = "Sandbox is suspending" if pod is not None else "Sandbox is suspended"
+        return new_condition(
+            c.CONDITION_READY, FALSE, c.REASON_SANDBOX_SUSPENDED, message, observed_generation=gen
+        )
+    phase = (pod or {}).get("status", {}).get("phase")
+    if pod is not None and phase == "Succeeded":
+        return new_condition(
+            c.CONDITION_READY,
+            FALSE,
+            c.REASON_POD_SUCCEEDED,
+            "Pod completed successfully",
+            observed_generation=gen,
+        )
+    if pod is not None and phase == "Failed":
+        return new_condition(
+            c.CONDITION_READY, FALSE, c.REASON_POD_FAILED, "Pod failed", observed_generation=gen
+        )
+    message, pod_ready = _pod_ready_message(pod)
+    wanted = sandbox.get("spec", {}).get("service")
+    required = bool(wanted) if wanted is not None else service is not None
+    service_ready = True
+    if required:
+        service_ready = service is not None
+        message += "; Service Exists" if service_ready else "; Service does not exist"
+    if pod_ready and service_ready:
+        return new_condition(
+            c.CONDITION_READY, TRUE, c.REASON_DEPENDENCIES_READY, message, observed_generation=gen
+        )
+    return new_condition(
+        c.CONDITION_READY, FALSE, c.REASON_DEPENDENCIES_NOT_READY, message, observed_generation=gen
+    )
+
+
+def expired_condition(sandbox: Obj) -> Obj:
+    """Ready False / SandboxExpired."""
+    return new_condition(
+        c.CONDITION_READY,
+        FALSE,
+        c.REASON_SANDBOX_EXPIRED,
+        "Sandbox has expired",
+        observed_generation=_generation(sandbox),
+    )
+
+
+def is_marked_expired(sandbox: Obj) -> bool:
+    """True when the Ready condition already carries reason SandboxExpired."""
+    ready = find_condition(sandbox.get("status", {}).get("conditions"), c.CONDITION_READY)
+    return ready is not None and ready.get("reason") == c.REASON_SANDBOX_EXPIRED
+
+
+def apply_conditions(
+    sandbox: Obj,
+    *,
+    pod: Obj | None,
+    pod_failed: bool,
+    service: Obj | None,
+    error_text: str | None,
+    multiple_pods_text: str | None,
+    now: dt.datetime,
+) -> None:
+    """Compute Suspended, Finished (optional) and Ready and set them on ``sandbox`` status.
+
+    The order of application fixes the list order of a fresh Sandbox ([Suspended, Ready]);
+    a Finished condition that is not computed is removed.
+    """
+    status = sandbox.setdefault("status", {})
+    if status.get("conditions") is None:
+        status["conditions"] = []
+    conditions: list[Obj] = status["conditions"]
+    set_status_condition(
+        conditions, compute_suspended(sandbox, pod, pod_failed=pod_failed), now=now
+    )
+    finished = compute_finished(sandbox, pod)
+    if finished is not None:
+        set_status_condition(conditions, finished, now=now)
+    ready = compute_ready(
+        sandbox,
+        pod=pod,
+        service=service,
+        error_text=error_text,
+        multiple_pods_text=multiple_pods_text,
+    )
+    set_status_condition(conditions, ready, now=now)
+    if finished is None:
+        remove_status_condition(conditions, c.CONDITION_FINISHED)

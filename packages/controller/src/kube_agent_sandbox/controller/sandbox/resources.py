@@ -1,0 +1,27 @@
+"""REST resource descriptors of every kind the Sandbox controller reads or writes.
+
+Kept in one place so the reconciler, the watch setup and the RBAC rules all name the same
+group/version/plural and cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.types import Resource
+
+SANDBOXES: Final = Resource(
+    group=c.GROUP, version=c.V1BETA1, plural="sandboxes", kind=c.KIND_SANDBOX
+)
+PODS: Final = Resource(group="", version="v1", plural="pods", kind="Pod")
+SERVICES: Final = Resource(group="", version="v1", plural="services", kind="Service")
+PVCS: Final = Resource(
+    group="", version="v1", plural="persistentvolumeclaims", kind="PersistentVolumeClaim"
+)
+
+# Values of Sandbox spec enums (spec section 1.2).
+OPERATING_MODE_RUNNING: Final = "Running"
+OPERATING_MODE_SUSPENDED: Final = "Suspended"
+SHUTDOWN_POLICY_DELETE: Final = "Delete"
+SHUTDOWN_POLICY_RETAIN: Final = "Retain"

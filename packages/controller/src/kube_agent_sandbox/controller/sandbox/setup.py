@@ -1,0 +1,68 @@
+"""What the Sandbox controller watches and caches, and the RBAC rules it needs (as data).
+
+Upstream's ``SetupWithManager``: Sandboxes are the primary resource; owned Pods and Services
+trigger reconciles of their controller Sandbox when they carry the tracking label; PVCs are
+read from a cache but do not trigger reconciles. Pods are cached without their spec (only
+``spec.nodeName`` is read) to keep memory small (spec section 3.10).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.rbac import PolicyRule, rule
+from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
+from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
+
+CONTROLLER_NAME: Final = "sandbox"
+EVENT_REPORTER: Final = "sandbox-controller"
+
+_ALL_VERBS: Final = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
+    rule(c.GROUP, SANDBOXES.plural, _ALL_VERBS),
+    rule(c.GROUP, f"{SANDBOXES.plural}/status", ("get", "update", "patch")),
+    rule(c.GROUP, f"{SANDBOXES.plural}/finalizers", ("get", "update", "patch")),
+    rule("", PODS.plural, _ALL_VERBS),
+    rule("", SERVICES.plural, _ALL_VERBS),
+    rule("", PVCS.plural, _ALL_VERBS),
+    rule("", "events", ("create", "patch")),
+    rule("events.k8s.io", "events", ("create", "patch")),
+)
+"""Permissions of the Sandbox controller (upstream's kubebuilder markers, minus leases, which
+belong to the runtime's leader election)."""
+
+POD_INDEXES: Final = {POD_NAME_HASH_INDEX: pod_name_hash_index}
+"""Indexes the reconciler expects on the Pod cache."""
+
+
+def has_tracking_label(old: Obj | None, new: Obj | None) -> bool:
+    """Event predicate: the (new, or deleted) object has the tracking label.
+
+    Like controller-runtime's LabelSelectorPredicate, an update is judged by the new object.
+    """
+    obj = new if new is not None else old
+    if obj is None:
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return c.LABEL_SANDBOX_NAME_HASH in labels
+
+
+def pod_cache_transform(obj: Obj) -> Obj:
+    """Strip what the controller never reads from a cached Pod (spec section 3.10).
+
+    ``managedFields`` and ``finalizers`` go, and the spec is reduced to ``nodeName``. Safe
+    because every Pod write is a metadata-only merge patch computed against this same cached
+    object: stripped fields are on neither side of the diff.
+    """
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        meta.pop("finalizers", None)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        node = spec.get("nodeName")
+        obj["spec"] = {"nodeName": node} if node else {}
+    return obj
