@@ -7,7 +7,8 @@ plain JSON dicts as the API server sends them: hot paths never build model class
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import builtins
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -49,9 +50,15 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """What a reconcile asks of the queue: nothing, or a timed requeue."""
+    """What a reconcile asks of the queue: nothing, or a timed requeue.
+
+    ``requeue_after`` (seconds) re-adds the request after that delay. ``requeue=True`` without a
+    delay re-adds it through the rate limiter (exponential per-key backoff), as controller-runtime's
+    ``Result{Requeue: true}`` does.
+    """
 
     requeue_after: float | None = None
+    requeue: bool = False
 
 
 class TerminalError(Exception):
@@ -100,7 +107,7 @@ class Reader(Protocol):
         self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
     ) -> list[Obj]: ...
 
-    def by_index(self, index: str, value: str) -> list[Obj]: ...
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]: ...
 
 
 class Client(Protocol):
@@ -160,3 +167,65 @@ class EventRecorder(Protocol):
     """Emits events.k8s.io/v1 Events about an object (best effort, never raises)."""
 
     def event(self, obj: Obj, *, type_: str, reason: str, action: str, note: str) -> None: ...
+
+
+WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One event of a watch stream (ERROR events are raised as :class:`ApiError` instead)."""
+
+    type: WatchEventType
+    object: Obj
+
+
+class ListWatcher(Protocol):
+    """What an informer needs from a client: paginated LIST and a WATCH stream.
+
+    ``watch`` yields events until the server ends the stream (normal on ``timeout_seconds``) and
+    raises :class:`ApiError` for an ERROR event (410 Gone when ``resource_version`` is too old).
+    """
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> Obj: ...
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        allow_bookmarks: bool = True,
+        timeout_seconds: int | None = None,
+    ) -> AsyncIterator[WatchEvent]: ...
+
+
+Predicate = Callable[[Obj | None, Obj | None], bool]
+"""Filters events: called as ``(None, new)`` on add, ``(old, new)`` on update, ``(old, None)``
+on delete; an event is handled when it returns True."""
+
+Mapper = Callable[[Obj], Iterable[Request]]
+"""Maps an object of a watched resource to the requests it should trigger."""
+
+IndexFunc = Callable[[Obj], Iterable[str]]
+"""Computes the index values of a cached object (e.g. the UID of its controller owner)."""
+
+
+class Runnable(Protocol):
+    """Something the manager starts and stops with the process, e.g. a webhook server.
+
+    ``start`` returns once the component serves; ``stop`` releases it (idempotent).
+    """
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...

@@ -1,0 +1,400 @@
+"""Informer: an in-memory, watch-fed cache of one resource, with event handlers and indexes.
+
+Reconcilers read from this cache instead of the API server. It LISTs in pages (limit 500,
+``continue``), then WATCHes from the list's resourceVersion with bookmarks; after a dropped
+stream it resumes from the last resourceVersion it saw; when the server answers 410 Gone (the
+version was compacted) it lists again and tells its handlers about every change it missed,
+deletions included. Objects are stored as plain dicts, stripped of ``metadata.managedFields``
+(and whatever a per-resource transform removes) to keep memory small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kube_agent_sandbox.controller.runtime.objects import controller_ref, labels_match, meta
+from kube_agent_sandbox.controller.runtime.types import (
+    ApiError,
+    IndexFunc,
+    ListWatcher,
+    Obj,
+    Resource,
+)
+
+logger = logging.getLogger(__name__)
+
+OWNER_UID_INDEX = "controller-owner-uid"
+"""Built-in index: the UID of an object's controller ownerReference."""
+
+Transform = Callable[[Obj], Obj]
+"""Rewrites an object before it is cached (may mutate and return its argument)."""
+
+_Key = tuple[str, str]
+
+
+def owner_uid_index(obj: Obj) -> Iterable[str]:
+    """Index function of :data:`OWNER_UID_INDEX`."""
+    ref = controller_ref(obj)
+    if ref and ref.get("uid"):
+        return (str(ref["uid"]),)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class EventHandler:
+    """Callbacks an informer calls, in its own task, for every change it sees.
+
+    Callbacks must be quick and must not mutate the objects (they are the cached ones). A
+    delete found by a relist (the watch missed it) carries the last object the cache knew.
+    """
+
+    on_add: Callable[[Obj], None] | None = None
+    on_update: Callable[[Obj, Obj], None] | None = None
+    on_delete: Callable[[Obj], None] | None = None
+
+
+class Informer:
+    """List+watch cache of one resource; implements the ``Reader`` protocol.
+
+    Args:
+        source: the client (or a fake) providing list and watch.
+        resource: what to cache.
+        namespace: restrict to one namespace (None: all namespaces).
+        label_selector: server-side label selector (e.g. ``app=x``).
+        transform: applied to each object after ``managedFields`` are stripped.
+        page_size: LIST page size.
+        watch_timeout: a watch asks the server to end after a random time between this and
+            twice this (seconds), as client-go does, so connections are renewed.
+        retry_backoff: initial delay after a failed list/watch, doubled up to 30 s.
+    """
+
+    def __init__(
+        self,
+        source: ListWatcher,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        transform: Transform | None = None,
+        page_size: int = 500,
+        watch_timeout: float = 300.0,
+        retry_backoff: float = 0.8,
+    ) -> None:
+        self.source = source
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.transform = transform
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.retry_backoff = retry_backoff
+        self._store: dict[str, dict[str, Obj]] = {}
+        self._count = 0
+        self._indexers: dict[str, IndexFunc] = {OWNER_UID_INDEX: owner_uid_index}
+        self._indices: dict[str, dict[str, set[_Key]]] = {OWNER_UID_INDEX: {}}
+        self._handlers: list[EventHandler] = []
+        self._rv: str | None = None
+        self._synced = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.relists = 0
+        """How many times the informer listed (1 + relists after 410 Gone)."""
+
+    # -- configuration ----------------------------------------------------------------------
+    def add_index(self, name: str, func: IndexFunc) -> None:
+        """Add an index; objects already cached are indexed at once.
+
+        Raises:
+            ValueError: if an index of that name exists.
+        """
+        if name in self._indexers:
+            raise ValueError(f"index {name!r} already exists")
+        self._indexers[name] = func
+        index: dict[str, set[_Key]] = {}
+        self._indices[name] = index
+        for ns, objs in self._store.items():
+            for nm, obj in objs.items():
+                for value in func(obj):
+                    index.setdefault(value, set()).add((ns, nm))
+
+    def add_event_handler(self, handler: EventHandler) -> None:
+        """Register callbacks; objects already cached are replayed to ``on_add``."""
+        self._handlers.append(handler)
+        if handler.on_add is not None:
+            for obj in self._iter_all():
+                self._call(handler.on_add, obj)
+
+    # -- Reader -----------------------------------------------------------------------------
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The cached object, or None."""
+        objs = self._store.get(namespace)
+        return objs.get(name) if objs is not None else None
+
+    def list(
+        self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+    ) -> list[Obj]:
+        """Cached objects, optionally of one namespace and matching equality ``labels``."""
+        if namespace is not None:
+            candidates: Iterable[Obj] = self._store.get(namespace, {}).values()
+        else:
+            candidates = self._iter_all()
+        if not labels:
+            return list(candidates)
+        return [obj for obj in candidates if labels_match(obj, labels)]
+
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
+        """Cached objects whose index function returned ``value``.
+
+        Raises:
+            KeyError: for an unknown index.
+        """
+        keys = self._indices[index].get(value)
+        if not keys:
+            return []
+        found = []
+        for ns, name in keys:
+            obj = self.get(ns, name)
+            if obj is not None:
+                found.append(obj)
+        return found
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _iter_all(self) -> Iterable[Obj]:
+        for objs in list(self._store.values()):
+            yield from list(objs.values())
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def has_synced(self) -> bool:
+        """True once the first LIST is in the cache."""
+        return self._synced.is_set()
+
+    @property
+    def resource_version(self) -> str | None:
+        """The last resourceVersion seen (None before the first list or after a 410)."""
+        return self._rv
+
+    async def wait_for_sync(self) -> None:
+        """Wait for the first LIST (bound it with ``asyncio.timeout``)."""
+        await self._synced.wait()
+
+    def start(self) -> asyncio.Task[None]:
+        """Start the list/watch loop in a task (idempotent)."""
+        if self._task is None or self._task.done():
+            self._stopping = False
+            self._task = asyncio.create_task(self.run(), name=f"informer-{self.resource.plural}")
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the loop; the cache keeps its content."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        backoff = self.retry_backoff
+        while not self._stopping:
+            try:
+                if self._rv is None:
+                    await self._relist()
+                await self._watch()
+                backoff = self.retry_backoff
+            except ApiError as exc:
+                if exc.gone:
+                    logger.info(
+                        "%s: resourceVersion %s expired, relisting", self.resource.plural, self._rv
+                    )
+                    self._rv = None
+                    continue
+                logger.warning("%s: list/watch failed: %s", self.resource.plural, exc)
+                await asyncio.sleep(backoff * random.uniform(1.0, 1.2))
+                backoff = min(30.0, backoff * 2)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning(
+                    "%s: list/watch failed: %s: %s", self.resource.plural, type(exc).__name__, exc
+                )
+                await asyncio.sleep(backoff * random.uniform(1.0, 1.2))
+                backoff = min(30.0, backoff * 2)
+
+    # -- list / watch -----------------------------------------------------------------------
+    async def _list_all(self) -> tuple[builtins.list[Obj], str]:
+        items: builtins.list[Obj] = []
+        cont: str | None = None
+        restarted = False
+        while True:
+            try:
+                page = await self.source.list(
+                    self.resource,
+                    self.namespace,
+                    label_selector=self.label_selector,
+                    limit=self.page_size,
+                    continue_token=cont,
+                )
+            except ApiError as exc:
+                if exc.gone and cont and not restarted:
+                    # The continue token expired mid-list: start over from a fresh snapshot.
+                    items, cont, restarted = [], None, True
+                    continue
+                raise
+            items.extend(page.get("items") or ())
+            page_meta = page.get("metadata") or {}
+            cont = page_meta.get("continue") or None
+            if not cont:
+                return items, str(page_meta.get("resourceVersion") or "")
+
+    async def _relist(self) -> None:
+        raw, rv = await self._list_all()
+        self.relists += 1
+        fresh: dict[_Key, Obj] = {}
+        for item in raw:
+            obj = self._prepare(item)
+            m = meta(obj)
+            fresh[(m.get("namespace") or "", m.get("name") or "")] = obj
+        del raw
+        gone = [
+            (ns, name)
+            for ns, objs in self._store.items()
+            for name in objs
+            if (ns, name) not in fresh
+        ]
+        for ns, name in gone:
+            old = self._remove(ns, name)
+            if old is not None:
+                self._dispatch_delete(old)
+        for (ns, name), obj in fresh.items():
+            old = self._put(ns, name, obj)
+            if old is None:
+                self._dispatch_add(obj)
+            elif meta(old).get("resourceVersion") != meta(obj).get("resourceVersion"):
+                self._dispatch_update(old, obj)
+        self._rv = rv
+        if not self._synced.is_set():
+            logger.debug("%s: synced %d objects at %s", self.resource.plural, self._count, rv)
+            self._synced.set()
+
+    async def _watch(self) -> None:
+        timeout = int(self.watch_timeout * random.uniform(1.0, 2.0))
+        stream = self.source.watch(
+            self.resource,
+            self.namespace,
+            label_selector=self.label_selector,
+            resource_version=self._rv,
+            allow_bookmarks=True,
+            timeout_seconds=max(1, timeout),
+        )
+        async for event in stream:
+            if event.type == "BOOKMARK":
+                rv = meta(event.object).get("resourceVersion")
+                if rv:
+                    self._rv = str(rv)
+                continue
+            obj = self._prepare(event.object)
+            m = meta(obj)
+            ns, name = m.get("namespace") or "", m.get("name") or ""
+            if event.type == "DELETED":
+                self._remove(ns, name)
+                self._dispatch_delete(obj)
+            else:
+                old = self._put(ns, name, obj)
+                if old is None:
+                    self._dispatch_add(obj)
+                else:
+                    self._dispatch_update(old, obj)
+            rv = m.get("resourceVersion")
+            if rv:
+                self._rv = str(rv)
+
+    # -- store ------------------------------------------------------------------------------
+    def _prepare(self, obj: Obj) -> Obj:
+        m = obj.get("metadata")
+        if isinstance(m, dict):
+            m.pop("managedFields", None)
+        if "kind" not in obj or not obj.get("kind"):
+            obj["kind"] = self.resource.kind
+        if "apiVersion" not in obj or not obj.get("apiVersion"):
+            obj["apiVersion"] = self.resource.api_version
+        if self.transform is not None:
+            obj = self.transform(obj)
+        return obj
+
+    def _put(self, ns: str, name: str, obj: Obj) -> Obj | None:
+        objs = self._store.get(ns)
+        if objs is None:
+            objs = self._store[ns] = {}
+        old = objs.get(name)
+        objs[name] = obj
+        if old is None:
+            self._count += 1
+        else:
+            self._unindex(ns, name, old)
+        self._index(ns, name, obj)
+        return old
+
+    def _remove(self, ns: str, name: str) -> Obj | None:
+        objs = self._store.get(ns)
+        if objs is None:
+            return None
+        old = objs.pop(name, None)
+        if old is None:
+            return None
+        if not objs:
+            del self._store[ns]
+        self._count -= 1
+        self._unindex(ns, name, old)
+        return old
+
+    def _index(self, ns: str, name: str, obj: Obj) -> None:
+        for index_name, func in self._indexers.items():
+            values = func(obj)
+            if values:
+                index = self._indices[index_name]
+                for value in values:
+                    index.setdefault(value, set()).add((ns, name))
+
+    def _unindex(self, ns: str, name: str, obj: Obj) -> None:
+        for index_name, func in self._indexers.items():
+            values = func(obj)
+            if values:
+                index = self._indices[index_name]
+                for value in values:
+                    keys = index.get(value)
+                    if keys is not None:
+                        keys.discard((ns, name))
+                        if not keys:
+                            del index[value]
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def _call(self, func: Callable[..., None], *args: Obj) -> None:
+        try:
+            func(*args)
+        except Exception:
+            logger.exception("%s: event handler failed", self.resource.plural)
+
+    def _dispatch_add(self, obj: Obj) -> None:
+        for h in self._handlers:
+            if h.on_add is not None:
+                self._call(h.on_add, obj)
+
+    def _dispatch_update(self, old: Obj, new: Obj) -> None:
+        for h in self._handlers:
+            if h.on_update is not None:
+                self._call(h.on_update, old, new)
+
+    def _dispatch_delete(self, obj: Obj) -> None:
+        for h in self._handlers:
+            if h.on_delete is not None:
+                self._call(h.on_delete, obj)

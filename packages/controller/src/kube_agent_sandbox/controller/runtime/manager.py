@@ -1,0 +1,353 @@
+"""The manager: one process's client, shared informers, controllers and servers, in order.
+
+Start order: probe and metrics servers and the runnables every replica runs (e.g. the
+conversion webhook); then leader election, if enabled; then, as leader only, the informers
+(waiting for their first LIST), the event writer, the controllers and the leader-only
+runnables. Stop order is the reverse: controllers stop taking work and finish in-flight
+reconciles within a grace period, informers stop, the Lease is released, servers close.
+Losing the Lease stops everything and :meth:`Manager.run` raises, so the process exits and its
+replacement starts clean, as controller-runtime does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from kube_agent_sandbox.controller.runtime.controller import Controller
+from kube_agent_sandbox.controller.runtime.events import EventSink, Recorder
+from kube_agent_sandbox.controller.runtime.informer import Informer, Transform
+from kube_agent_sandbox.controller.runtime.leaderelection import (
+    LeaderElectionConfig,
+    LeaderElectionLost,
+    LeaderElector,
+)
+from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+from kube_agent_sandbox.controller.runtime.servers import (
+    Check,
+    HttpServer,
+    health_app,
+    metrics_app,
+    parse_bind_address,
+)
+from kube_agent_sandbox.controller.runtime.types import (
+    Client,
+    ListWatcher,
+    Reader,
+    Resource,
+    Runnable,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ManagerClient(Client, ListWatcher, Protocol):
+    """What the manager needs of its client: writes plus list/watch."""
+
+
+class CacheSyncTimeout(Exception):
+    """Informers did not complete their first LIST within the sync timeout."""
+
+
+@dataclass
+class _InformerOptions:
+    label_selector: str | None = None
+    transform: Transform | None = None
+    namespace: str | None = None
+
+
+@dataclass
+class _Runnables:
+    everywhere: list[Runnable] = field(default_factory=list)
+    leader: list[Runnable] = field(default_factory=list)
+
+
+class Manager:
+    """Owns and sequences everything a controller process runs.
+
+    Args:
+        client: API client (used by informers, leader election and events).
+        leader_election: Lease settings; None disables leader election.
+        metrics_bind_address: ``host:port`` of ``/metrics``; ``"0"``/``""`` disables it.
+        health_bind_address: ``host:port`` of ``/healthz`` and ``/readyz``; ``"0"`` disables.
+        metrics: metric set (its registry is served); a fresh private one when omitted.
+        graceful_shutdown_timeout: seconds in-flight reconciles get to finish on stop.
+        cache_sync_timeout: seconds informers get for their first LIST.
+    """
+
+    def __init__(
+        self,
+        client: ManagerClient,
+        *,
+        leader_election: LeaderElectionConfig | None = None,
+        metrics_bind_address: str = ":8080",
+        health_bind_address: str = ":8081",
+        metrics: RuntimeMetrics | None = None,
+        graceful_shutdown_timeout: float = 30.0,
+        cache_sync_timeout: float = 120.0,
+    ) -> None:
+        self.client = client
+        self.metrics = metrics or RuntimeMetrics()
+        self.leader_election = leader_election
+        if leader_election is not None:
+            leader_election.validate()
+        self._metrics_bind = parse_bind_address(metrics_bind_address)
+        self._health_bind = parse_bind_address(health_bind_address)
+        self.graceful_shutdown_timeout = graceful_shutdown_timeout
+        self.cache_sync_timeout = cache_sync_timeout
+        self._informers: dict[Resource, Informer] = {}
+        self._informer_options: dict[Resource, _InformerOptions] = {}
+        self._controllers: list[Controller] = []
+        self._runnables = _Runnables()
+        self.events = EventSink(client)
+        self.healthz_checks: dict[str, Check] = {"ping": lambda: True}
+        self.readyz_checks: dict[str, Check] = {"informers-synced": self._informers_synced}
+        self._stop = asyncio.Event()
+        self._started_informers: list[Informer] = []
+        self._caches_started = False
+        self._elector: LeaderElector | None = None
+        self.metrics_server: HttpServer | None = None
+        self.health_server: HttpServer | None = None
+        self.leading = asyncio.Event()
+        """Set once this replica leads (at once when leader election is disabled)."""
+        self.controllers_started = asyncio.Event()
+        """Set once caches synced and controllers run."""
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The Prometheus registry served at ``/metrics``: register custom collectors here."""
+        return self.metrics.registry
+
+    # -- building ---------------------------------------------------------------------------
+    def informer(
+        self,
+        resource: Resource,
+        *,
+        label_selector: str | None = None,
+        transform: Transform | None = None,
+        namespace: str | None = None,
+    ) -> Informer:
+        """The shared informer of ``resource``, created on first use.
+
+        Options apply on creation; asking again with different non-default options fails.
+
+        Raises:
+            ValueError: if the informer exists with other options.
+        """
+        wanted = _InformerOptions(label_selector, transform, namespace)
+        existing = self._informers.get(resource)
+        if existing is not None:
+            if wanted != _InformerOptions() and wanted != self._informer_options[resource]:
+                raise ValueError(
+                    f"informer for {resource.plural} already exists with other options"
+                )
+            return existing
+        informer = Informer(
+            self.client,
+            resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            transform=transform,
+        )
+        self._informers[resource] = informer
+        self._informer_options[resource] = wanted
+        if self._caches_started:
+            informer.start()
+            self._started_informers.append(informer)
+        return informer
+
+    def reader(self, resource: Resource) -> Reader:
+        """The cache ``Reader`` of ``resource`` (its informer, created on demand)."""
+        return self.informer(resource)
+
+    def add_controller(self, controller: Controller) -> None:
+        """Wire a controller's event handlers to the informers it needs; started as leader.
+
+        Raises:
+            ValueError: if a controller with that name was already added.
+        """
+        if any(c.name == controller.name for c in self._controllers):
+            raise ValueError(f"controller {controller.name!r} already added")
+        controller.register(self.informer)
+        self._controllers.append(controller)
+
+    def add_runnable(self, runnable: Runnable, *, needs_leader: bool = False) -> None:
+        """Run ``runnable`` on every replica, or only while leading when ``needs_leader``."""
+        (self._runnables.leader if needs_leader else self._runnables.everywhere).append(runnable)
+
+    def event_recorder(self, reporting_controller: str) -> Recorder:
+        """An event recorder reporting as ``reporting_controller``."""
+        return self.events.recorder(reporting_controller)
+
+    def _informers_synced(self) -> bool:
+        return all(inf.has_synced for inf in self._started_informers)
+
+    # -- running ----------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to shut down gracefully."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Start everything, run until :meth:`request_stop`, then stop everything.
+
+        Raises:
+            LeaderElectionLost: if the Lease was lost (the process should exit non-zero).
+            CacheSyncTimeout: if informers did not sync in time.
+        """
+        started_everywhere: list[Runnable] = []
+        started_leader: list[Runnable] = []
+        renewing: asyncio.Task[None] | None = None
+        lost = False
+        try:
+            await self._start_servers()
+            for runnable in self._runnables.everywhere:
+                await runnable.start()
+                started_everywhere.append(runnable)
+            if self.leader_election is not None:
+                self._elector = LeaderElector(
+                    self.client, self.leader_election, metrics=self.metrics
+                )
+                if not await self._until_stop(self._elector.acquire()):
+                    return
+                renewing = asyncio.create_task(self._elector.renew_until_lost())
+            self.leading.set()
+            if not await self._until_stop(self._start_caches()):
+                return
+            self.events.start()
+            for ctrl in self._controllers:
+                ctrl.start()
+            for runnable in self._runnables.leader:
+                await runnable.start()
+                started_leader.append(runnable)
+            self.controllers_started.set()
+            logger.info("manager started %d controllers", len(self._controllers))
+            stop_wait = asyncio.create_task(self._stop.wait())
+            waits: set[asyncio.Task[Any]] = {stop_wait}
+            if renewing is not None:
+                waits.add(renewing)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+            if renewing is not None and renewing in done:
+                lost = True
+                logger.error("leader election lost, stopping")
+        finally:
+            await self._shutdown(started_leader, started_everywhere, renewing, lost=lost)
+        if lost:
+            raise LeaderElectionLost(
+                self.leader_election.lease_name if self.leader_election else ""
+            )
+
+    async def _until_stop(self, coro: Any) -> bool:
+        """Run ``coro`` unless a stop is requested first; True if it completed."""
+        work = asyncio.ensure_future(coro)
+        stop_wait = asyncio.create_task(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({work, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+        if work in done:
+            work.result()
+            return True
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return False
+
+    async def _start_servers(self) -> None:
+        if self._metrics_bind is not None:
+            host, port = self._metrics_bind
+            self.metrics_server = HttpServer(host, port, metrics_app(self.registry))
+            await self.metrics_server.start()
+        if self._health_bind is not None:
+            host, port = self._health_bind
+            self.health_server = HttpServer(
+                host, port, health_app(self.healthz_checks, self.readyz_checks)
+            )
+            await self.health_server.start()
+
+    async def _start_caches(self) -> None:
+        informers = list(self._informers.values())
+        self._started_informers = informers
+        self._caches_started = True
+        for inf in informers:
+            inf.start()
+        waits = [inf.wait_for_sync() for inf in informers]
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), self.cache_sync_timeout)
+        except TimeoutError:
+            pending = [inf.resource.plural for inf in informers if not inf.has_synced]
+            raise CacheSyncTimeout(f"caches not synced: {', '.join(pending)}") from None
+        logger.info("caches synced: %s", ", ".join(i.resource.plural for i in informers))
+
+    async def _shutdown(
+        self,
+        started_leader: Sequence[Runnable],
+        started_everywhere: Sequence[Runnable],
+        renewing: asyncio.Task[None] | None,
+        *,
+        lost: bool,
+    ) -> None:
+        grace = self.graceful_shutdown_timeout
+        results = await asyncio.gather(
+            *(ctrl.stop(grace) for ctrl in self._controllers), return_exceptions=True
+        )
+        for ctrl, result in zip(self._controllers, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.error("stopping controller %s failed: %s", ctrl.name, result)
+        for runnable in reversed(started_leader):
+            await self._stop_runnable(runnable)
+        for inf in self._started_informers:
+            await inf.stop()
+        await self.events.stop()
+        if renewing is not None:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        if (
+            self._elector is not None
+            and not lost
+            and self.leader_election is not None
+            and self.leader_election.release_on_cancel
+        ):
+            await self._elector.release()
+        for runnable in reversed(started_everywhere):
+            await self._stop_runnable(runnable)
+        for server in (self.health_server, self.metrics_server):
+            if server is not None:
+                await server.stop()
+        logger.info("manager stopped")
+
+    @staticmethod
+    async def _stop_runnable(runnable: Runnable) -> None:
+        try:
+            await runnable.stop()
+        except Exception:
+            logger.exception("stopping %r failed", runnable)
+
+    async def run_until_signal(self) -> None:
+        """:meth:`run`, stopping gracefully on SIGTERM/SIGINT; a second signal exits at once."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT)
+
+        def on_signal(signum: int) -> None:
+            if self._stop.is_set():
+                logger.error("second signal %d, exiting immediately", signum)
+                os._exit(1)
+            logger.info("signal %d received, shutting down", signum)
+            self.request_stop()
+
+        for sig in signals:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            await self.run()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
