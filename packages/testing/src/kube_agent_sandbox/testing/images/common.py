@@ -1,0 +1,91 @@
+"""Shared pieces of the image builder: its error type, its cache folder and command runner.
+
+Images are built without a registry or a container engine, from Debian packages and local
+files, and every result is cached outside the repository so that only the first build is slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kube_agent_sandbox.testing import versions
+
+_log = logging.getLogger(__name__)
+
+
+class ImageBuildError(RuntimeError):
+    """An image or one of its layers could not be built."""
+
+
+def images_cache_dir() -> Path:
+    """Folder of cached layers and OCI archives (created on first use)."""
+    path = versions.cache_root() / "images"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_key(parts: Mapping[str, object]) -> str:
+    """A short stable hash of the inputs of a build step, used in cached file names.
+
+    Args:
+        parts: JSON-serialisable description of every input that changes the output.
+
+    Returns:
+        16 hexadecimal characters.
+    """
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    what: str,
+    log_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 1800.0,
+) -> str:
+    """Run a build command and return its output; raise with the output's tail on failure.
+
+    Args:
+        argv: Program and arguments.
+        what: Step name used in messages.
+        log_file: File that receives the full output, when given.
+        env: Full environment of the child (the parent's when None).
+        cwd: Working directory.
+        timeout: Seconds before the command is killed.
+
+    Returns:
+        stdout and stderr of the command, interleaved.
+
+    Raises:
+        ImageBuildError: If the program is missing, fails or times out.
+    """
+    _log.debug("%s: %s", what, " ".join(argv))
+    try:
+        result = subprocess.run(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as err:
+        raise ImageBuildError(f"{what}: {argv[0]} is not installed") from err
+    except subprocess.TimeoutExpired as err:
+        raise ImageBuildError(f"{what}: timed out after {timeout:.0f}s") from err
+    if log_file is not None:
+        log_file.write_text(result.stdout)
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-30:])
+        raise ImageBuildError(f"{what} failed (exit {result.returncode}):\n{tail}")
+    return result.stdout

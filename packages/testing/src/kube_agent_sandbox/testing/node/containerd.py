@@ -1,0 +1,313 @@
+"""containerd as a child process of the test harness, with its own folders and socket.
+
+The real node's container runtime is Debian's containerd (CRI plugin built in) with runc. It
+never touches the system service's paths: root, state, socket, runc's state and the CNI
+configuration all live under one work folder, so several runs never share state and one run's
+leftovers are found and removed by path. Images come from OCI archives (``import_image``);
+nothing is ever pulled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kube_agent_sandbox.testing.images.catalog import BuiltImage
+from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
+
+_log = logging.getLogger(__name__)
+
+CRI_NAMESPACE = "k8s.io"
+DEFAULT_RUNTIME = "runc"
+# Second handler for RuntimeClass tests: the same runc under another name.
+ALTERNATE_RUNTIME = "runc-alt"
+
+
+class ContainerdError(RuntimeError):
+    """containerd could not be started, configured or asked to do something."""
+
+
+def _q(value: str | Path) -> str:
+    """A TOML basic string (JSON's string escaping is valid TOML)."""
+    return json.dumps(str(value))
+
+
+@dataclass(frozen=True)
+class ContainerdLayout:
+    """Every path containerd uses, all below one work folder."""
+
+    workdir: Path
+
+    @property
+    def root(self) -> Path:
+        """Persistent data (content store, snapshots, metadata)."""
+        return self.workdir / "root"
+
+    @property
+    def state(self) -> Path:
+        """Runtime state (task bundles, mounts)."""
+        return self.workdir / "state"
+
+    @property
+    def socket(self) -> Path:
+        """The gRPC socket the kubelet and ctr talk to."""
+        return self.workdir / "containerd.sock"
+
+    @property
+    def runc_root(self) -> Path:
+        """runc's state, so leftover containers can be found without containerd."""
+        return self.workdir / "runc"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        """CNI network configuration read by the CRI plugin."""
+        return self.workdir / "cni" / "net.d"
+
+    @property
+    def config_file(self) -> Path:
+        """containerd's configuration file."""
+        return self.workdir / "config.toml"
+
+
+@dataclass(frozen=True)
+class ContainerdSettings:
+    """What the node asks of containerd."""
+
+    sandbox_image: str
+    cni_bin_dir: Path = Path("/usr/lib/cni")
+    runc_binary: str = "runc"
+    # Runtime handler name -> runc binary (RuntimeClass.handler names one of these).
+    runtime_handlers: Mapping[str, str] = field(
+        default_factory=lambda: {DEFAULT_RUNTIME: "runc", ALTERNATE_RUNTIME: "runc"}
+    )
+
+
+def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str:
+    """containerd 1.6+ configuration (schema version 2) for the node.
+
+    Args:
+        layout: Where containerd keeps its files.
+        settings: Sandbox image, runtime handlers and CNI plugin folder.
+
+    Returns:
+        The TOML text.
+
+    Raises:
+        ContainerdError: If the default runtime handler is not among the handlers.
+    """
+    if DEFAULT_RUNTIME not in settings.runtime_handlers:
+        raise ContainerdError(f"the runtime handlers must include {DEFAULT_RUNTIME!r}")
+    cri = '[plugins."io.containerd.grpc.v1.cri"]'
+    lines = [
+        "version = 2",
+        f"root = {_q(layout.root)}",
+        f"state = {_q(layout.state)}",
+        "disabled_plugins = ["
+        + ", ".join(
+            _q(f"io.containerd.snapshotter.v1.{name}")
+            for name in ("btrfs", "zfs", "aufs", "devmapper")
+        )
+        + "]",
+        "",
+        "[grpc]",
+        f"  address = {_q(layout.socket)}",
+        "[ttrpc]",
+        f"  address = {_q(str(layout.socket) + '.ttrpc')}",
+        "[debug]",
+        '  level = "info"',
+        '[plugins."io.containerd.internal.v1.opt"]',
+        f"  path = {_q(layout.workdir / 'opt')}",
+        cri,
+        f"  sandbox_image = {_q(settings.sandbox_image)}",
+        '  stream_server_address = "127.0.0.1"',
+        '  stream_server_port = "0"',
+        "  enable_selinux = false",
+        # No swap accounting or tmpfs quirks: keep CRI defaults otherwise.
+        f"{cri[:-1]}.containerd]",
+        '  snapshotter = "overlayfs"',
+        f"  default_runtime_name = {_q(DEFAULT_RUNTIME)}",
+    ]
+    for handler, binary in sorted(settings.runtime_handlers.items()):
+        base = f"{cri[:-1]}.containerd.runtimes.{_q(handler)}"
+        lines += [
+            f"{base}]",
+            '  runtime_type = "io.containerd.runc.v2"',
+            f"{base}.options]",
+            "  SystemdCgroup = false",
+            f"  BinaryName = {_q(binary)}",
+            f"  Root = {_q(layout.runc_root)}",
+        ]
+    lines += [
+        f"{cri[:-1]}.cni]",
+        f"  bin_dir = {_q(settings.cni_bin_dir)}",
+        f"  conf_dir = {_q(layout.cni_conf_dir)}",
+        "  max_conf_num = 1",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+class Containerd:
+    """A running containerd owned by the harness."""
+
+    def __init__(
+        self,
+        layout: ContainerdLayout,
+        settings: ContainerdSettings,
+        *,
+        supervisor: ProcessSupervisor,
+    ) -> None:
+        """Prepare (but do not start) containerd.
+
+        Args:
+            layout: Where containerd keeps its files.
+            settings: Sandbox image, runtime handlers, CNI plugin folder.
+            supervisor: Starts and, at the latest at exit, stops the process.
+        """
+        self.layout = layout
+        self.settings = settings
+        self._supervisor = supervisor
+        self._process: ManagedProcess | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """CRI endpoint URL for the kubelet."""
+        return f"unix://{self.layout.socket}"
+
+    @property
+    def process(self) -> ManagedProcess | None:
+        """The containerd process once started."""
+        return self._process
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        """Write the configuration, start containerd and wait until it answers.
+
+        Args:
+            timeout: Seconds to wait for the socket to answer.
+
+        Raises:
+            ContainerdError: If containerd or ctr is missing.
+            ProcessFailedError: If containerd exits or does not answer in time.
+        """
+        binary = shutil.which("containerd")
+        if binary is None or shutil.which("ctr") is None:
+            raise ContainerdError(
+                "containerd and ctr are not installed (apt-get install containerd)"
+            )
+        for path in (self.layout.root, self.layout.state, self.layout.cni_conf_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        self.layout.config_file.write_text(render_config(self.layout, self.settings))
+        self._process = self._supervisor.start(
+            "containerd", [binary, "--config", str(self.layout.config_file)]
+        )
+        wait_until(
+            lambda: self.ctr("version", check=False, timeout=5).returncode == 0,
+            timeout=timeout,
+            what="containerd to answer on its socket",
+            process=self._process,
+            interval=0.2,
+        )
+
+    def ctr(
+        self, *args: str, check: bool = True, timeout: float = 300.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``ctr`` against this containerd in the CRI namespace.
+
+        Args:
+            *args: ctr arguments after the global flags.
+            check: Raise on a non-zero exit.
+            timeout: Seconds before ctr is killed.
+
+        Returns:
+            The finished process.
+
+        Raises:
+            ContainerdError: If ctr fails and ``check`` is set.
+        """
+        argv = ["ctr", "--address", str(self.layout.socket), "--namespace", CRI_NAMESPACE, *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise ContainerdError(
+                f"ctr {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}"
+            )
+        return result
+
+    def import_image(self, image: BuiltImage, *, also_as: Sequence[str] = ()) -> None:
+        """Import an OCI archive (unpacked for the CRI plugin) and tag it under more names.
+
+        Args:
+            image: The archive to import.
+            also_as: More references for the same image (e.g. the name a manifest uses).
+        """
+        self.ctr("images", "import", str(image.archive), timeout=600)
+        for reference in also_as:
+            self.ctr("images", "rm", reference, check=False)
+            self.ctr("images", "tag", image.reference, reference)
+
+    def image_references(self) -> list[str]:
+        """References of the images containerd holds in the CRI namespace."""
+        out = self.ctr("images", "ls", "-q").stdout
+        return [line.strip() for line in out.splitlines() if line.strip()]
+
+    def remove_all_containers(self) -> None:
+        """Kill and delete every container this containerd's runc started.
+
+        Works from runc's own state, so it also cleans up after a containerd that died.
+        """
+        runc_root = self.layout.runc_root / CRI_NAMESPACE
+        if not runc_root.is_dir():
+            return
+        listing = subprocess.run(
+            [self.settings.runc_binary, "--root", str(runc_root), "list", "-q"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for container_id in listing.stdout.split():
+            subprocess.run(
+                [
+                    self.settings.runc_binary,
+                    "--root",
+                    str(runc_root),
+                    "delete",
+                    "--force",
+                    container_id,
+                ],
+                capture_output=True,
+                check=False,
+            )
+
+    def kill_leftover_shims(self) -> None:
+        """SIGKILL the runtime shims that served this containerd (found by its socket path).
+
+        Shims outlive containerd by design; they are identified by PID from ``/proc``, by the
+        socket path of this instance on their command line, never by program name alone.
+        """
+        marker = str(self.layout.socket).encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker in cmdline and b"containerd-shim" in cmdline:
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                _log.info("killed leftover containerd shim %s", entry.name)
+
+    def stop(self) -> None:
+        """Remove every container, stop containerd and its shims."""
+        self.remove_all_containers()
+        if self._process is not None:
+            self._process.stop(grace=10.0)
+        self.kill_leftover_shims()
