@@ -1,0 +1,429 @@
+"""The controller's options: upstream's flags, their defaults, and their validation.
+
+One dataclass field per flag of upstream's ``agent-sandbox-controller`` (names, defaults and
+help text as upstream has them), so the flag set is generated from the options and cannot drift
+from them. Validation keeps upstream's messages, order and exit codes: malformed flags exit 2
+(Go's flag package), invalid values exit 1, questionable ones only warn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kube_agent_sandbox.controller.goflag import Flag, FlagKind, FlagSet
+from kube_agent_sandbox.controller.logsetup import (
+    LogOptions,
+    parse_encoder,
+    parse_log_level,
+    parse_stacktrace_level,
+    parse_time_encoding,
+)
+
+__all__ = [
+    "DEFAULT_WEBHOOK_CERT_DIR",
+    "EXIT_INVALID",
+    "MAX_TOTAL_WORKERS",
+    "BindAddress",
+    "ConfigError",
+    "ControllerOptions",
+    "build_flagset",
+    "parse_args",
+    "parse_bind_address",
+    "validate",
+]
+
+EXIT_INVALID: Final = 1
+"""Exit status for a flag value the controller refuses (upstream's ``os.Exit(1)``)."""
+MAX_TOTAL_WORKERS: Final = 1000
+"""Above this many reconcile workers in total, upstream warns of resource exhaustion."""
+DEFAULT_WEBHOOK_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
+DEFAULT_WEBHOOK_CERT_NAME: Final = "tls.crt"
+DEFAULT_WEBHOOK_KEY_NAME: Final = "tls.key"
+
+
+def _flag(name: str, default: Any, usage: str) -> Any:
+    """A dataclass field that is also a command-line flag."""
+    return field(default=default, metadata={"flag": name, "usage": usage})
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerOptions:
+    """Everything the command line configures. Defaults are upstream v0.5.4's."""
+
+    version: bool = _flag("version", False, "Print version information and exit.")
+    extensions: bool = _flag("extensions", False, "Enable extensions controllers.")
+    leader_elect: bool = _flag(
+        "leader-elect",
+        True,
+        "Enable leader election for controller manager. "
+        "Enabling this will ensure there is only one active controller manager.",
+    )
+    leader_election_namespace: str = _flag(
+        "leader-election-namespace",
+        "",
+        "The namespace in which the leader election resource will be created.",
+    )
+    metrics_bind_address: str = _flag(
+        "metrics-bind-address", ":8080", "The address the metric endpoint binds to."
+    )
+    health_probe_bind_address: str = _flag(
+        "health-probe-bind-address", ":8081", "The address the probe endpoint binds to."
+    )
+    cluster_domain: str = _flag(
+        "cluster-domain", "cluster.local", "Kubernetes cluster domain for service FQDN generation"
+    )
+    kube_api_qps: float = _flag(
+        "kube-api-qps",
+        -1.0,
+        "Client-side QPS limit for the Kubernetes API client "
+        "(default: -1, no client-side rate limiting)",
+    )
+    kube_api_burst: int = _flag(
+        "kube-api-burst",
+        10,
+        "The maximum burst for client-side throttling of the Kubernetes API client.",
+    )
+    api_connections: int = _flag(
+        "api-connections",
+        1,
+        "Number of independent HTTP connections (connection pools) to the API server for "
+        "non-watch traffic (writes, uncached reads, events, leader election). "
+        "Values > 1 shard requests round-robin across that many pools.",
+    )
+    separate_watch_connection: bool = _flag(
+        "separate-watch-connection",
+        False,
+        "Give the informer caches (list/watch streams) a dedicated connection pool to the "
+        "API server, isolated from request traffic.",
+    )
+    sandbox_concurrent_workers: int = _flag(
+        "sandbox-concurrent-workers", 100, "Max concurrent reconciles for the Sandbox controller"
+    )
+    sandbox_claim_concurrent_workers: int = _flag(
+        "sandbox-claim-concurrent-workers",
+        50,
+        "Max concurrent reconciles for the SandboxClaim controller",
+    )
+    sandbox_warm_pool_concurrent_workers: int = _flag(
+        "sandbox-warm-pool-concurrent-workers",
+        1,
+        "Max concurrent reconciles for the SandboxWarmPool controller",
+    )
+    sandbox_template_concurrent_workers: int = _flag(
+        "sandbox-template-concurrent-workers",
+        1,
+        "Max concurrent reconciles for the SandboxTemplate controller",
+    )
+    sandbox_warm_pool_max_batch_size: int = _flag(
+        "sandbox-warm-pool-max-batch-size",
+        300,
+        "Max batch size for parallel sandbox creation and deletion in SandboxWarmPool controller.",
+    )
+    enable_warm_pool_eviction: bool = _flag(
+        "enable-warm-pool-eviction",
+        True,
+        "Mark pods created by a warm pool as ready-to-evict by default.",
+    )
+    cache_label_selectors: bool = _flag(
+        "cache-label-selectors",
+        False,
+        "Scope the Pod and Service informer caches to objects carrying the sandbox tracking "
+        "label (agents.x-k8s.io/sandbox-name-hash).",
+    )
+    disable_claim_events: bool = _flag(
+        "disable-claim-events",
+        False,
+        "Disable Kubernetes Event emission from the SandboxClaim controller.",
+    )
+    disable_claim_observability_annotations: bool = _flag(
+        "disable-claim-observability-annotations",
+        False,
+        "Skip persisting the SandboxClaim observability annotations "
+        "(controller first-observed timestamp, trace context).",
+    )
+    enable_tracing: bool = _flag("enable-tracing", False, "Enable OpenTelemetry tracing via OTLP.")
+    enable_pprof: bool = _flag(
+        "enable-pprof",
+        False,
+        "Enable the CPU profiling endpoint (/debug/pprof/profile) on the metrics server.",
+    )
+    enable_pprof_debug: bool = _flag(
+        "enable-pprof-debug",
+        False,
+        "Enable all profiling endpoints including sensitive ones. Implies --enable-pprof. "
+        "WARNING: May expose sensitive information and comes with performance overhead.",
+    )
+    pprof_block_profile_rate: int = _flag(
+        "pprof-block-profile-rate",
+        1000000,
+        "Accepted for compatibility; Python has no block profile (no-op).",
+    )
+    pprof_mutex_profile_fraction: int = _flag(
+        "pprof-mutex-profile-fraction",
+        10,
+        "Accepted for compatibility; Python has no mutex profile (no-op).",
+    )
+    enable_webhook: bool = _flag(
+        "enable-webhook", True, "Enable webhook server and webhook registrations."
+    )
+    webhook_port: int = _flag("webhook-port", 9443, "The port the webhook server binds to.")
+    webhook_cert_dir: str = _flag(
+        "webhook-cert-dir",
+        DEFAULT_WEBHOOK_CERT_DIR,
+        "The directory that contains the certificates.",
+    )
+    webhook_cert_name: str = _flag(
+        "webhook-cert-name",
+        DEFAULT_WEBHOOK_CERT_NAME,
+        "The filename of the webhook serving certificate within --webhook-cert-dir. "
+        "Only used when --manage-webhook-certs=false.",
+    )
+    webhook_key_name: str = _flag(
+        "webhook-key-name",
+        DEFAULT_WEBHOOK_KEY_NAME,
+        "The filename of the webhook private key within --webhook-cert-dir. "
+        "Only used when --manage-webhook-certs=false.",
+    )
+    webhook_service_name: str = _flag(
+        "webhook-service-name", "agent-sandbox-webhook-service", "The name of the webhook service."
+    )
+    webhook_namespace: str = _flag(
+        "webhook-namespace", "agent-sandbox-system", "The namespace of the webhook service."
+    )
+    manage_webhook_certs: bool = _flag(
+        "manage-webhook-certs",
+        True,
+        "Manage webhook serving certs and patch CRD conversion caBundles on startup. "
+        "Set to false when certs and CRD/webhook configuration are managed externally "
+        "by a certificate provisioner.",
+    )
+    kubeconfig: str = _flag(
+        "kubeconfig",
+        "",
+        "Paths to a kubeconfig. Only required if out-of-cluster.",
+    )
+    logging: LogOptions = field(default_factory=LogOptions)
+    """The ``--zap-*`` flags."""
+    args: tuple[str, ...] = ()
+    """Arguments after the flags (upstream ignores them)."""
+    explicit: frozenset[str] = frozenset()
+    """Names of the flags given on the command line."""
+
+    @property
+    def total_workers(self) -> int:
+        """Reconcile workers of all four controllers, as upstream counts them."""
+        return (
+            self.sandbox_concurrent_workers
+            + self.sandbox_claim_concurrent_workers
+            + self.sandbox_warm_pool_concurrent_workers
+            + self.sandbox_template_concurrent_workers
+        )
+
+    @property
+    def effective_template_workers(self) -> int:
+        """Template workers as controller-runtime runs them (``<= 0`` means 1)."""
+        return max(1, self.sandbox_template_concurrent_workers)
+
+    @property
+    def pprof_enabled(self) -> bool:
+        """Whether any profiling endpoint is served (``--enable-pprof-debug`` implies it)."""
+        return self.enable_pprof or self.enable_pprof_debug
+
+
+_ZAP_FLAGS: Final = (
+    Flag(
+        "zap-devel",
+        "bool",
+        False,
+        "Development Mode defaults(encoder=consoleEncoder,logLevel=Debug,stackTraceLevel=Warn). "
+        "Production Mode defaults(encoder=jsonEncoder,logLevel=Info,stackTraceLevel=Error)",
+    ),
+    Flag(
+        "zap-encoder",
+        "value",
+        None,
+        "Zap log encoding (one of 'json' or 'console')",
+        parse=parse_encoder,
+    ),
+    Flag(
+        "zap-log-level",
+        "value",
+        None,
+        "Zap Level to configure the verbosity of logging. Can be one of 'debug', 'info', "
+        "'error', 'panic' or any integer value > 0 which corresponds to custom debug levels "
+        "of increasing verbosity",
+        parse=parse_log_level,
+    ),
+    Flag(
+        "zap-stacktrace-level",
+        "value",
+        None,
+        "Zap Level at and above which stacktraces are captured (one of 'info', 'error', 'panic').",
+        parse=parse_stacktrace_level,
+    ),
+    Flag(
+        "zap-time-encoding",
+        "value",
+        None,
+        "Zap time encoding (one of 'epoch', 'millis', 'nano', 'iso8601', 'rfc3339' or "
+        "'rfc3339nano'). Defaults to 'rfc3339'.",
+        parse=parse_time_encoding,
+    ),
+)
+
+_KINDS: Final[dict[type, FlagKind]] = {bool: "bool", int: "int", float: "float", str: "string"}
+
+
+def _option_fields() -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(ControllerOptions) if "flag" in f.metadata]
+
+
+def build_flagset(program: str) -> FlagSet:
+    """Every flag the controller accepts, with upstream's names, defaults and help.
+
+    Args:
+        program: the name shown in the usage text.
+
+    Returns:
+        A fresh flag set.
+    """
+    flagset = FlagSet(program)
+    for option in _option_fields():
+        kind = _KINDS[type(option.default)]
+        flagset.add(Flag(option.metadata["flag"], kind, option.default, option.metadata["usage"]))
+    flagset.add_all(_ZAP_FLAGS)
+    return flagset
+
+
+def parse_args(
+    argv: Sequence[str], *, program: str = "agent-sandbox-controller"
+) -> ControllerOptions:
+    """Parse a command line into options (no validation beyond each value's syntax).
+
+    Args:
+        argv: arguments without the program name.
+        program: the name shown in the usage text.
+
+    Returns:
+        The options.
+
+    Raises:
+        goflag.HelpRequested: ``-h``/``-help`` was given.
+        goflag.FlagError: a malformed flag (exit 2).
+    """
+    result = build_flagset(program).parse(argv)
+    values = result.values
+    kwargs: dict[str, Any] = {
+        option.name: values[option.metadata["flag"]] for option in _option_fields()
+    }
+    kwargs["logging"] = LogOptions(
+        development=bool(values["zap-devel"]),
+        encoder=values["zap-encoder"],  # type: ignore[arg-type]
+        level=values["zap-log-level"],  # type: ignore[arg-type]
+        stacktrace_level=values["zap-stacktrace-level"],  # type: ignore[arg-type]
+        time_encoding=values["zap-time-encoding"],  # type: ignore[arg-type]
+    )
+    return ControllerOptions(**kwargs, args=result.args, explicit=result.explicit)
+
+
+class ConfigError(Exception):
+    """Options the controller refuses to start with; the message is upstream's."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_INVALID) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def validate(options: ControllerOptions) -> list[str]:
+    """Check the options in upstream's order.
+
+    Args:
+        options: parsed options.
+
+    Returns:
+        Warnings to log (the controller still starts).
+
+    Raises:
+        ConfigError: the first refused value, with upstream's message (exit 1).
+    """
+    if not options.webhook_cert_name.strip():
+        raise ConfigError("--webhook-cert-name cannot be empty")
+    if not options.webhook_key_name.strip():
+        raise ConfigError("--webhook-key-name cannot be empty")
+    if (
+        options.sandbox_concurrent_workers <= 0
+        or options.sandbox_claim_concurrent_workers <= 0
+        or options.sandbox_warm_pool_concurrent_workers <= 0
+    ):
+        raise ConfigError("concurrent workers must be greater than 0")
+    if options.sandbox_warm_pool_max_batch_size <= 0:
+        raise ConfigError("sandbox-warm-pool-max-batch-size must be greater than 0")
+    warnings: list[str] = []
+    total = options.total_workers
+    if total > MAX_TOTAL_WORKERS:
+        warnings.append(
+            "Warning: total concurrent workers exceeds 1000, which could lead to resource "
+            f"exhaustion (total={total})"
+        )
+    if options.kube_api_burst <= 0:
+        raise ConfigError("kube-api-burst must be greater than 0")
+    if options.api_connections < 1:
+        raise ConfigError("api-connections must be greater than or equal to 1")
+    if options.kube_api_qps > 0 and total > options.kube_api_burst:
+        warnings.append(
+            "Warning: Total concurrent workers exceeds the kube API burst limit. Workers may "
+            f"experience client-side throttling. (totalWorkers={total}, "
+            f"kubeAPIBurst={options.kube_api_burst})"
+        )
+    for name, address in (
+        ("metrics-bind-address", options.metrics_bind_address),
+        ("health-probe-bind-address", options.health_probe_bind_address),
+    ):
+        try:
+            parse_bind_address(address)
+        except ValueError as err:
+            raise ConfigError(f"invalid --{name} {address!r}: {err}") from None
+    if not 0 < options.webhook_port < 65536 and options.enable_webhook:
+        raise ConfigError(f"invalid --webhook-port {options.webhook_port}: not in 1..65535")
+    return warnings
+
+
+@dataclass(frozen=True, slots=True)
+class BindAddress:
+    """A listen address; ``host`` ``None`` means every interface (Go's ``:port``)."""
+
+    host: str | None
+    port: int
+
+
+_BIND = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:\[\]]*)):(?P<port>[0-9]+)")
+
+
+def parse_bind_address(text: str) -> BindAddress | None:
+    """Parse a Go ``host:port`` listen address.
+
+    Args:
+        text: ``:8080``, ``127.0.0.1:8080``, ``[::1]:8080``; ``0`` or empty turns the
+            server off (controller-runtime's convention).
+
+    Returns:
+        The address, or ``None`` when the server is disabled.
+
+    Raises:
+        ValueError: malformed address or port out of range.
+    """
+    if text in ("", "0"):
+        return None
+    match = _BIND.fullmatch(text)
+    if match is None:
+        raise ValueError("expected host:port")
+    port = int(match["port"])
+    if port > 65535:
+        raise ValueError("port out of range")
+    host = match["v6"] if match["v6"] is not None else match["host"]
+    return BindAddress(host=host or None, port=port)

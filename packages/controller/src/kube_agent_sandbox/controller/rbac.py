@@ -1,0 +1,222 @@
+"""Permissions as data: what each part of the controller needs from the API server.
+
+Reconcilers, the runtime and the webhook declare the RBAC rules they need next to their code,
+the way kubebuilder markers sit next to Go reconcilers. ``rbacgen`` collects the declarations
+and writes the ClusterRoles/Roles, so the manifests grant exactly what the code uses and a
+forgotten permission shows up as a stale generated file rather than a 403 in production.
+
+A declaration is a :class:`PolicyRule`, a ``rbac.authorization.k8s.io/v1`` rule as a dict
+(``apiGroups``, ``resources``, ``verbs``, optional ``resourceNames``), or any object with
+``api_groups``, ``resources``, ``verbs`` (and optionally ``resource_names``) attributes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kube_agent_sandbox.api import constants as c
+
+__all__ = [
+    "CONVERSION_CRDS",
+    "EVENT_RULES",
+    "LEADER_ELECTION_RULES",
+    "RUNTIME_RULES",
+    "VERB_ORDER",
+    "WEBHOOK_CLUSTER_RULES",
+    "WEBHOOK_NAMESPACED_RULES",
+    "PolicyRule",
+    "coerce_rule",
+    "normalize_rules",
+    "rule",
+]
+
+VERB_ORDER: Final = ("create", "delete", "get", "list", "patch", "update", "watch")
+"""Verbs are written sorted (as controller-gen does); unknown verbs sort after these."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """One RBAC rule: these verbs on these resources of these API groups.
+
+    Args:
+        api_groups: API groups (``""`` is the core group).
+        resources: plural resource names, ``<resource>/<subresource>`` for subresources.
+        verbs: ``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``, ``delete``...
+        resource_names: restrict the rule to these object names (never works for ``create``,
+            ``list``, ``watch`` or ``deletecollection``: the API server cannot know the name).
+    """
+
+    api_groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.api_groups or not self.resources or not self.verbs:
+            raise ValueError(f"incomplete rule: {self}")
+        if self.resource_names:
+            unnamed = {"create", "list", "watch", "deletecollection"} & set(self.verbs)
+            if unnamed:
+                raise ValueError(
+                    f"verbs {sorted(unnamed)} cannot be restricted by resourceNames: {self}"
+                )
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """The rule as a manifest writes it (keys in Kubernetes' field order)."""
+        rule: dict[str, list[str]] = {
+            "apiGroups": list(self.api_groups),
+            "resources": list(self.resources),
+        }
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        rule["verbs"] = list(self.verbs)
+        return rule
+
+
+def rule(
+    api_group: str | Iterable[str],
+    resources: str | Iterable[str],
+    verbs: str | Iterable[str],
+    *,
+    resource_names: Iterable[str] = (),
+) -> PolicyRule:
+    """Shorthand for a :class:`PolicyRule`; a single string stands for a one-item list."""
+    return PolicyRule(
+        api_groups=_strings(api_group),
+        resources=_strings(resources),
+        verbs=_strings(verbs),
+        resource_names=tuple(resource_names),
+    )
+
+
+def coerce_rule(declared: object) -> PolicyRule:
+    """Turn a declaration (rule, manifest dict or rule-like object) into a :class:`PolicyRule`.
+
+    Raises:
+        TypeError: for anything that does not describe a rule.
+    """
+    if isinstance(declared, PolicyRule):
+        return declared
+    if isinstance(declared, Mapping):
+        return PolicyRule(
+            api_groups=_strings(declared.get("apiGroups", ())),
+            resources=_strings(declared.get("resources", ())),
+            verbs=_strings(declared.get("verbs", ())),
+            resource_names=_strings(declared.get("resourceNames", ())),
+        )
+    if all(hasattr(declared, a) for a in ("api_groups", "resources", "verbs")):
+        return PolicyRule(
+            api_groups=_strings(getattr(declared, "api_groups")),  # noqa: B009
+            resources=_strings(getattr(declared, "resources")),  # noqa: B009
+            verbs=_strings(getattr(declared, "verbs")),  # noqa: B009
+            resource_names=_strings(getattr(declared, "resource_names", ())),
+        )
+    raise TypeError(f"not an RBAC rule declaration: {declared!r}")
+
+
+def normalize_rules(declared: Iterable[object]) -> list[PolicyRule]:
+    """Merge declarations into the smallest equivalent, deterministically ordered rule list.
+
+    Verbs of the same (group, resource, names) are unioned; resources sharing groups, names and
+    verbs are merged into one rule, then groups sharing resources, names and verbs. Output is
+    sorted, so the same permissions always produce the same bytes.
+
+    Args:
+        declared: rule declarations in any accepted shape.
+
+    Returns:
+        Normalized rules.
+    """
+    verbs_of: dict[tuple[str, str, tuple[str, ...]], set[str]] = defaultdict(set)
+    for item in declared:
+        policy = coerce_rule(item)
+        names = tuple(sorted(set(policy.resource_names)))
+        for group in policy.api_groups:
+            for resource in policy.resources:
+                verbs_of[(group, resource, names)].update(policy.verbs)
+
+    by_group: dict[tuple[str, tuple[str, ...], tuple[str, ...]], set[str]] = defaultdict(set)
+    for (group, resource, names), verbs in verbs_of.items():
+        by_group[(group, names, _sorted_verbs(verbs))].add(resource)
+
+    by_resources: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], set[str]] = (
+        defaultdict(set)
+    )
+    for (group, names, verb_list), resources in by_group.items():
+        by_resources[(tuple(sorted(resources)), names, verb_list)].add(group)
+
+    rules = [
+        PolicyRule(
+            api_groups=tuple(sorted(groups)),
+            resources=resource_list,
+            verbs=verb_list,
+            resource_names=names,
+        )
+        for (resource_list, names, verb_list), groups in by_resources.items()
+    ]
+    rules.sort(key=lambda r: (r.api_groups, r.resources, r.resource_names, r.verbs))
+    return rules
+
+
+def _sorted_verbs(verbs: Iterable[str]) -> tuple[str, ...]:
+    known = {verb: index for index, verb in enumerate(VERB_ORDER)}
+    return tuple(sorted(set(verbs), key=lambda v: (known.get(v, len(known)), v)))
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+# --- What the process needs besides its reconcilers ----------------------------------------
+
+LEADER_ELECTION_RULES: Final = (
+    # The Lease is created once (create cannot be limited by name) and afterwards read and
+    # renewed by name only; the runtime releases it on shutdown with an update, never deletes.
+    rule("coordination.k8s.io", "leases", "create"),
+    rule(
+        "coordination.k8s.io",
+        "leases",
+        ("get", "update", "patch"),
+        resource_names=(c.LEADER_ELECTION_ID,),
+    ),
+)
+"""Leader election on the ``a3317529.agent-sandbox.x-k8s.io`` Lease."""
+
+EVENT_RULES: Final = (
+    # Events are recorded through events.k8s.io/v1; series updates patch an existing Event.
+    # The core group is kept for tooling that still reads/writes core/v1 Events.
+    rule(("", "events.k8s.io"), "events", ("create", "patch")),
+)
+"""The event recorder."""
+
+RUNTIME_RULES: Final = (*LEADER_ELECTION_RULES, *EVENT_RULES)
+"""Everything the controller runtime itself needs, whatever reconcilers run."""
+
+CONVERSION_CRDS: Final = (
+    f"sandboxes.{c.GROUP}",
+    f"sandboxclaims.{c.EXTENSIONS_GROUP}",
+    f"sandboxtemplates.{c.EXTENSIONS_GROUP}",
+    f"sandboxwarmpools.{c.EXTENSIONS_GROUP}",
+)
+"""CRDs whose conversion webhook ``caBundle`` the controller patches at startup."""
+
+WEBHOOK_CLUSTER_RULES: Final = (
+    rule(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("get", "patch"),
+        resource_names=CONVERSION_CRDS,
+    ),
+)
+"""Cluster-scoped needs of webhook certificate management (``--manage-webhook-certs``)."""
+
+WEBHOOK_NAMESPACED_RULES: Final = (
+    rule("", "secrets", "create"),
+    rule("", "secrets", ("get", "patch", "update"), resource_names=(c.WEBHOOK_SECRET_NAME,)),
+)
+"""Needs in ``--webhook-namespace``: the ``agent-sandbox-webhook-certs`` Secret only."""
