@@ -1,0 +1,640 @@
+"""The local test cluster: a real control plane plus kwok nodes, all on 127.0.0.1.
+
+:class:`LocalCluster` runs etcd (data on /dev/shm, no fsync), kube-apiserver (TLS,
+client-certificate authentication, Node+RBAC authorization, service-account tokens),
+kube-controller-manager (garbage collection, namespace deletion, service accounts),
+kube-scheduler and kwok (simulated nodes whose pods become Running and Ready) from the binaries
+that ``kube_agent_sandbox.testing.build`` compiled. CRDs are installed before the controller
+manager starts, because its garbage collector discovers new resources only every 30 seconds.
+
+``python -m kube_agent_sandbox.testing.cluster`` starts one for manual use and waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from kubernetes import dynamic
+
+from kube_agent_sandbox.testing import pki, versions
+from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
+from kube_agent_sandbox.testing.kubeconfig import write_kubeconfig
+from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
+from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition, wait_for_object
+
+_log = logging.getLogger(__name__)
+
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+POD_CIDR = "10.244.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_LABEL = "type"
+KWOK_NODE_LABEL_VALUE = "kwok"
+#: kwok's stock "fast" stage set: nodes initialise at once, keep a lease, pods turn Ready.
+KWOK_STAGE_SET = "fast"
+
+
+class PrerequisiteError(RuntimeError):
+    """Something the local cluster needs is missing (binaries, Go module cache, ...)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def check_binaries(bin_dir: Path, names: Sequence[str]) -> None:
+    """Raise :class:`PrerequisiteError` naming every binary missing from ``bin_dir``.
+
+    Args:
+        bin_dir: Directory holding the built binaries.
+        names: Binary names to look for.
+
+    Raises:
+        PrerequisiteError: If any binary is missing.
+    """
+    missing = [n for n in names if not os.access(bin_dir / n, os.X_OK)]
+    if missing:
+        raise PrerequisiteError(
+            f"missing {', '.join(missing)} in {bin_dir}: run `nox -s testenv` "
+            "(python -m kube_agent_sandbox.testing.build)"
+        )
+
+
+def kwok_stage_files(stage_root: Path, stage_set: str = KWOK_STAGE_SET) -> list[Path]:
+    """The Stage files of one of kwok's kustomizations, read from kwok's module (not copied).
+
+    Args:
+        stage_root: ``kustomize/stage`` directory of the kwok module.
+        stage_set: Kustomization under it, e.g. ``fast``.
+
+    Returns:
+        The Stage YAML files the kustomization lists, recursively, in order.
+
+    Raises:
+        PrerequisiteError: If the kustomization is missing (kwok module not downloaded).
+    """
+
+    def resolve(directory: Path) -> list[Path]:
+        kustomization = directory / "kustomization.yaml"
+        if not kustomization.is_file():
+            raise PrerequisiteError(
+                f"kwok stages not found at {kustomization}: run `nox -s testenv`"
+            )
+        files: list[Path] = []
+        for entry in yaml.safe_load(kustomization.read_text()).get("resources") or []:
+            target = (directory / entry).resolve()
+            files += resolve(target) if target.is_dir() else [target]
+        return files
+
+    return resolve(stage_root / stage_set)
+
+
+def _https_ok(url: str, context: ssl.SSLContext) -> bool:
+    with urllib.request.urlopen(url, context=context, timeout=5) as response:
+        return bool(response.status == 200 and response.read().strip() == b"ok")
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return bool(response.status == 200)
+
+
+@dataclass
+class LocalClusterOptions:
+    """How to run the local cluster."""
+
+    #: Directory of the built binaries.
+    bin_dir: Path = field(default_factory=versions.bin_dir)
+    #: Number of kwok nodes (0 for none).
+    nodes: int = 2
+    #: CRD manifests (files or directories) installed before the controller manager starts.
+    crds: Sequence[Path] = ()
+    #: Start only etcd and kube-apiserver (enough for admission/validation tests).
+    control_plane_only: bool = False
+    #: Work directory for certificates, kubeconfigs and logs; a new temporary one when None.
+    workdir: Path | None = None
+    #: Keep the work directory after stop (it is removed otherwise when it was temporary).
+    keep_workdir: bool = False
+    #: Seconds for each component to become ready.
+    start_timeout: float = 60.0
+    #: kwok's Stage directory (``kustomize/stage`` of its module); looked up via Go when None.
+    kwok_stage_root: Path | None = None
+    #: Extra kube-apiserver flags (``--name=value``).
+    apiserver_args: Sequence[str] = ()
+
+
+class LocalCluster:
+    """The whole local cluster as a context manager: ``with LocalCluster(opts) as access:``."""
+
+    def __init__(self, options: LocalClusterOptions | None = None) -> None:
+        """Prepare (but do not start) a cluster.
+
+        Args:
+            options: How to run it; defaults when None.
+        """
+        self.options = options or LocalClusterOptions()
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.workdir = Path()
+        self.supervisor: ProcessSupervisor | None = None
+        self.access: ClusterAccess | None = None
+        self.server = ""
+        self.ca: pki.CertificateAuthority | None = None
+        self.timings: dict[str, float] = {}
+        self._etcd_url = ""
+        self._etcd_data: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> ClusterAccess:
+        """Start the cluster and return its access object."""
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the cluster."""
+        self.stop()
+
+    def start(self) -> ClusterAccess:
+        """Start every component, wait until each is ready, and return the cluster's access.
+
+        Returns:
+            Access to the running cluster (admin kubeconfig, client, kubectl, log files).
+
+        Raises:
+            PrerequisiteError: If binaries or kwok stages are missing.
+            ProcessFailedError: If a component exits or is not ready in time.
+        """
+        opts = self.options
+        names = ["etcd", "kube-apiserver", "kubectl"]
+        if not opts.control_plane_only:
+            names += ["kube-controller-manager", "kube-scheduler", "kwok"]
+        check_binaries(opts.bin_dir, names)
+        stage_files: list[Path] = []
+        if not opts.control_plane_only and opts.nodes > 0:
+            stage_files = kwok_stage_files(opts.kwok_stage_root or _kwok_stage_root())
+        crds = [doc for source in opts.crds for doc in load_manifests(source)]
+
+        if opts.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="agent-sandbox-cluster-")
+            self.workdir = Path(self._tmp.name)
+        else:
+            self.workdir = opts.workdir
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        self.supervisor = ProcessSupervisor(self.workdir / "logs")
+        started = time.monotonic()
+        try:
+            self._write_pki()
+            self._start_etcd()
+            self._start_apiserver()
+            access = ClusterAccess(
+                self.workdir / "admin.kubeconfig",
+                provider="local",
+                bin_dir=opts.bin_dir,
+                log_files={p.name: p.log_path for p in self.supervisor.processes},
+            )
+            self.access = access
+            if crds:
+                self._timed("crds", lambda: access.install_crds(crds))
+            if not opts.control_plane_only:
+                self._start_controller_manager()
+                self._start_scheduler()
+                if opts.nodes > 0:
+                    self._start_kwok(stage_files)
+                access.log_files = {p.name: p.log_path for p in self.supervisor.processes}
+                self._timed("default-serviceaccount", self._wait_default_service_account)
+                if opts.nodes > 0:
+                    self._timed("nodes", self._create_nodes)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - started
+        _log.info(
+            "local cluster ready in %.1fs at %s (kubeconfig %s)",
+            self.timings["total"],
+            self.server,
+            access.kubeconfig,
+        )
+        return access
+
+    def stop(self) -> None:
+        """Stop every component (reverse order) and remove the temporary work directory."""
+        try:
+            if self.access is not None:
+                self.access.close()
+            if self.supervisor is not None:
+                self.supervisor.stop_all()
+        finally:
+            if self._etcd_data is not None:
+                shutil.rmtree(self._etcd_data, ignore_errors=True)
+                self._etcd_data = None
+            if self._tmp is not None and not self.options.keep_workdir:
+                self._tmp.cleanup()
+                self._tmp = None
+
+    def pids(self) -> list[int]:
+        """Process ids of the running components."""
+        return [p.pid for p in self.supervisor.processes] if self.supervisor else []
+
+    def processes(self) -> list[ManagedProcess]:
+        """The running components, in start order."""
+        return self.supervisor.processes if self.supervisor else []
+
+    def kubeconfig_for(self, user: str, *, groups: Sequence[str] = (), path: Path) -> Path:
+        """Write a kubeconfig for ``user`` (in ``groups``) authenticated by a client certificate.
+
+        Args:
+            user: User name (certificate CN).
+            groups: Groups (certificate O).
+            path: Where to write it.
+
+        Returns:
+            ``path``.
+
+        Raises:
+            RuntimeError: If the cluster is not started.
+        """
+        if self.ca is None:
+            raise RuntimeError("the cluster is not started")
+        pair = self.ca.issue_client(user, groups=groups)
+        return write_kubeconfig(
+            path,
+            server=self.server,
+            ca_pem=self.ca.key_pair.cert_pem,
+            user=user,
+            client_cert_pem=pair.cert_pem,
+            client_key_pem=pair.key_pem,
+        )
+
+    # -- components ------------------------------------------------------------------------
+
+    def _timed(self, name: str, action: Any) -> None:
+        begin = time.monotonic()
+        action()
+        self.timings[name] = time.monotonic() - begin
+
+    def _path(self, name: str) -> Path:
+        return self.workdir / name
+
+    def _write_pki(self) -> None:
+        pki_dir = self._path("pki")
+        pki_dir.mkdir(exist_ok=True)
+        self.ca = pki.CertificateAuthority()
+        self.ca.key_pair.write(pki_dir, "ca")
+        serving = self.ca.issue_serving(
+            "kube-apiserver",
+            dns_names=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            ip_addresses=["127.0.0.1", SERVICE_IP],
+        )
+        serving.write(pki_dir, "apiserver")
+        localhost = self.ca.issue_serving(
+            "localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"]
+        )
+        localhost.write(pki_dir, "localhost")
+        sa_key = pki_dir / "sa.key"
+        sa_key.touch(mode=0o600)
+        sa_key.write_bytes(pki.service_account_key())
+
+    def _tls_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self._path("pki/ca.crt")))
+        return context
+
+    def _etcd_data_dir(self) -> Path:
+        shm = Path("/dev/shm")
+        if shm.is_dir() and os.access(shm, os.W_OK):
+            return Path(tempfile.mkdtemp(prefix="agent-sandbox-etcd-", dir=shm))
+        return self._path("etcd-data")
+
+    def _start_etcd(self) -> None:
+        assert self.supervisor is not None
+        port, peer = free_port(), free_port()
+        data_dir = self._etcd_data_dir()
+        self._etcd_url = f"http://127.0.0.1:{port}"
+        begin = time.monotonic()
+        process = self.supervisor.start(
+            "etcd",
+            [
+                str(self.options.bin_dir / "etcd"),
+                f"--data-dir={data_dir}",
+                f"--listen-client-urls={self._etcd_url}",
+                f"--advertise-client-urls={self._etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+                "--quota-backend-bytes=4294967296",
+            ],
+        )
+        self._etcd_data = data_dir
+        wait_until(
+            lambda: _http_ok(f"{self._etcd_url}/health"),
+            timeout=self.options.start_timeout,
+            what="etcd /health",
+            process=process,
+        )
+        self.timings["etcd"] = time.monotonic() - begin
+
+    def _start_apiserver(self) -> None:
+        assert self.supervisor is not None
+        assert self.ca is not None
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        p = self._path("pki")
+        begin = time.monotonic()
+        process = self.supervisor.start(
+            "kube-apiserver",
+            [
+                str(self.options.bin_dir / "kube-apiserver"),
+                "--advertise-address=127.0.0.1",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self._path('apiserver-certs')}",
+                f"--tls-cert-file={p / 'apiserver.crt'}",
+                f"--tls-private-key-file={p / 'apiserver.key'}",
+                f"--client-ca-file={p / 'ca.crt'}",
+                f"--etcd-servers={self._etcd_url}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={p / 'sa.key'}",
+                f"--service-account-signing-key-file={p / 'sa.key'}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--max-requests-inflight=1000",
+                "--max-mutating-requests-inflight=500",
+                *self.options.apiserver_args,
+            ],
+        )
+        admin = self.ca.issue_client("admin", groups=["system:masters"])
+        write_kubeconfig(
+            self._path("admin.kubeconfig"),
+            server=self.server,
+            ca_pem=self.ca.key_pair.cert_pem,
+            user="admin",
+            client_cert_pem=admin.cert_pem,
+            client_key_pem=admin.key_pem,
+        )
+        context = self._tls_context()
+        context.load_cert_chain(*admin.write(p, "admin"))
+        wait_until(
+            lambda: _https_ok(f"{self.server}/readyz", context),
+            timeout=self.options.start_timeout,
+            what="kube-apiserver /readyz",
+            process=process,
+        )
+        self.timings["kube-apiserver"] = time.monotonic() - begin
+
+    def _component_kubeconfig(self, name: str, user: str, groups: Sequence[str] = ()) -> Path:
+        return self.kubeconfig_for(user, groups=groups, path=self._path(f"{name}.kubeconfig"))
+
+    def _start_controller_manager(self) -> None:
+        assert self.supervisor is not None
+        kubeconfig = self._component_kubeconfig(
+            "kube-controller-manager", "system:kube-controller-manager"
+        )
+        port = free_port()
+        p = self._path("pki")
+        process = self.supervisor.start(
+            "kube-controller-manager",
+            [
+                str(self.options.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={p / 'localhost.crt'}",
+                f"--tls-private-key-file={p / 'localhost.key'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={p / 'sa.key'}",
+                f"--root-ca-file={p / 'ca.crt'}",
+                f"--cluster-signing-cert-file={p / 'ca.crt'}",
+                f"--cluster-signing-key-file={p / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--controllers=*",
+                "--concurrent-gc-syncs=20",
+            ],
+        )
+        self._wait_healthz(process, port)
+
+    def _start_scheduler(self) -> None:
+        assert self.supervisor is not None
+        kubeconfig = self._component_kubeconfig("kube-scheduler", "system:kube-scheduler")
+        port = free_port()
+        p = self._path("pki")
+        process = self.supervisor.start(
+            "kube-scheduler",
+            [
+                str(self.options.bin_dir / "kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={p / 'localhost.crt'}",
+                f"--tls-private-key-file={p / 'localhost.key'}",
+                "--leader-elect=false",
+            ],
+        )
+        self._wait_healthz(process, port)
+
+    def _wait_healthz(self, process: ManagedProcess, port: int) -> None:
+        begin = time.monotonic()
+        context = self._tls_context()
+        wait_until(
+            lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", context),
+            timeout=self.options.start_timeout,
+            what=f"{process.name} /healthz",
+            process=process,
+        )
+        self.timings[process.name] = time.monotonic() - begin
+
+    def _start_kwok(self, stage_files: Sequence[Path]) -> None:
+        assert self.supervisor is not None
+        # kwok plays the kubelet of every fake node; it needs wide rights, like a node agent.
+        kubeconfig = self._component_kubeconfig("kwok", "kwok", ["system:masters"])
+        self.supervisor.start(
+            "kwok",
+            [
+                str(self.options.bin_dir / "kwok"),
+                f"--kubeconfig={kubeconfig}",
+                *[f"--config={f}" for f in stage_files],
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--node-lease-duration-seconds=40",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=127.0.0.1",
+            ],
+        )
+
+    def _wait_default_service_account(self) -> None:
+        assert self.access is not None
+        ref = ObjectRef("v1", "ServiceAccount", "default", "default")
+        wait_for_object(
+            self.access.api_client(),
+            ref,
+            lambda _: True,
+            timeout=self.options.start_timeout,
+            what="created by kube-controller-manager",
+        )
+
+    def _create_nodes(self) -> None:
+        assert self.access is not None
+        dyn = dynamic.DynamicClient(self.access.api_client())  # type: ignore[no-untyped-call]
+        nodes = dyn.resources.get(api_version="v1", kind="Node")
+        names = [f"kwok-node-{i}" for i in range(self.options.nodes)]
+        for name in names:
+            nodes.create(body=kwok_node(name))
+        for name in names:
+            wait_for_condition(
+                self.access.api_client(),
+                ObjectRef("v1", "Node", name),
+                "Ready",
+                timeout=self.options.start_timeout,
+            )
+
+
+def kwok_node(name: str) -> dict[str, Any]:
+    """A Node that kwok manages (by annotation), with room for many pods.
+
+    Args:
+        name: Node name.
+
+    Returns:
+        The Node manifest.
+    """
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "node-role.kubernetes.io/agent": "",
+                KWOK_NODE_LABEL: KWOK_NODE_LABEL_VALUE,
+            },
+        },
+        "status": {
+            "allocatable": capacity,
+            "capacity": capacity,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "kubeletVersion": "fake",
+                "kubeProxyVersion": "fake",
+                "operatingSystem": "linux",
+            },
+            "phase": "Running",
+        },
+    }
+
+
+def _kwok_stage_root() -> Path:
+    from kube_agent_sandbox.testing.build import kwok_stage_dir
+
+    try:
+        return kwok_stage_dir()
+    except Exception as err:
+        raise PrerequisiteError(f"cannot locate kwok's stages via `go env`: {err}") from err
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start the local cluster, print how to use and stop it, and wait until interrupted.
+
+    Args:
+        argv: Command-line arguments (``sys.argv[1:]`` when None).
+
+    Returns:
+        Process exit status.
+    """
+    parser = argparse.ArgumentParser(description="Run the local test cluster until stopped.")
+    parser.add_argument("--nodes", type=int, default=2, help="number of kwok nodes (default 2)")
+    parser.add_argument(
+        "--crds",
+        type=Path,
+        action="append",
+        default=None,
+        help="CRD file or directory to install (default: manifests/crds when it exists)",
+    )
+    parser.add_argument("--workdir", type=Path, help="keep certificates, kubeconfig, logs here")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
+    crds = args.crds
+    if crds is None:
+        default = Path.cwd() / "manifests" / "crds"
+        crds = [default] if any(default.glob("*.yaml")) else []
+    cluster = LocalCluster(
+        LocalClusterOptions(
+            nodes=args.nodes, crds=crds, workdir=args.workdir, keep_workdir=bool(args.workdir)
+        )
+    )
+    stop_requested = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stop_requested
+        del signum, frame
+        stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGHUP, request_stop)
+    try:
+        access = cluster.start()
+        out = sys.stdout
+        out.write(
+            f"local cluster ready in {cluster.timings['total']:.1f}s (Kubernetes "
+            f"{versions.KUBERNETES_VERSION}, etcd {versions.ETCD_VERSION}, kwok "
+            f"{versions.KWOK_VERSION})\n"
+            f"export KUBECONFIG={access.kubeconfig}\n"
+            f"kubectl: {access.bin_dir / 'kubectl' if access.bin_dir else 'kubectl'}\n"
+            f"logs: {cluster.workdir / 'logs'}\n"
+            f"stop with Ctrl-C or kill {os.getpid()}\n"
+        )
+        out.flush()
+        while not stop_requested:
+            for process in cluster.processes():
+                if not process.alive():
+                    sys.stderr.write(
+                        f"{process.name} exited ({process.returncode}):\n{process.log_tail()}\n"
+                    )
+                    return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
