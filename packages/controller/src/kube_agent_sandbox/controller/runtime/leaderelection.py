@@ -142,7 +142,7 @@ class LeaderElector:
     def _record(self, *, acquire_time: str, transitions: int) -> dict[str, Any]:
         return {
             "holderIdentity": self.config.identity,
-            "leaseDurationSeconds": int(self.config.lease_duration),
+            "leaseDurationSeconds": max(1, round(self.config.lease_duration)),
             "acquireTime": acquire_time,
             "renewTime": micro_time(self._clock()),
             "leaseTransitions": transitions,
