@@ -670,7 +670,7 @@ def test_dispatch_errors(obj: Any, to: str, message: str) -> None:
 
 
 def _with(base: Obj, path: str, value: Any) -> Obj:
-    obj = json.loads(json.dumps(base))
+    obj: Obj = json.loads(json.dumps(base))
     node = obj
     keys = path.split(".")
     for key in keys[:-1]:

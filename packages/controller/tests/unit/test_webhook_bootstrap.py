@@ -1,0 +1,437 @@
+"""Secret reuse/creation and CRD patching, against a small in-memory API server fake.
+
+The fake implements the runtime ``Client`` protocol with RFC 7386 merge patches and the
+apiserver's 404/409 statuses; the real API server is exercised by the integration test.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, PatchType, Resource
+from kube_agent_sandbox.controller.webhook import (
+    CertificateError,
+    conversion_patch,
+    ensure_webhook_certificates,
+    generate_certificates,
+    manage_webhook_certificates,
+    patch_conversion_webhooks,
+)
+from kube_agent_sandbox.controller.webhook.crds import CONVERSION_CRD_NAMES
+
+NS = "agent-sandbox-system"
+SVC = "agent-sandbox-webhook-service"
+SECRET = "agent-sandbox-webhook-certs"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class FakeClient:
+    """Just enough of an API server: objects by (plural, namespace, name)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.calls: list[tuple[str, str, str]] = []
+        self.errors: dict[tuple[str, str], ApiError] = {}
+        self.on_create: dict[str, Obj] = {}  # plural -> object another writer creates first
+
+    def _fail(self, verb: str, name: str) -> None:
+        error = self.errors.get((verb, name))
+        if error is not None:
+            raise error
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Obj:
+        self.calls.append(("get", resource.plural, name))
+        self._fail("get", name)
+        obj = self.objects.get((resource.plural, namespace, name))
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{resource.plural} "{name}" not found')
+        return copy.deepcopy(obj)
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> Obj:
+        raise NotImplementedError
+
+    async def create(
+        self, resource: Resource, namespace: str, body: Obj, *, field_manager: str | None = None
+    ) -> Obj:
+        name = body["metadata"]["name"]
+        self.calls.append(("create", resource.plural, name))
+        self._fail("create", name)
+        racer = self.on_create.pop(resource.plural, None)
+        if racer is not None:
+            self.objects[(resource.plural, namespace, name)] = racer
+        key = (resource.plural, namespace, name)
+        if key in self.objects:
+            raise ApiError(409, "AlreadyExists", f'{resource.plural} "{name}" already exists')
+        self.objects[key] = copy.deepcopy(body)
+        return copy.deepcopy(body)
+
+    async def update(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Obj,
+        *,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> Obj:
+        raise NotImplementedError
+
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: Obj | Sequence[Obj],
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> Obj:
+        assert patch_type == "merge"
+        self.calls.append(("patch", resource.plural, name))
+        self._fail("patch", name)
+        key = (resource.plural, namespace, name)
+        if key not in self.objects:
+            raise ApiError(404, "NotFound", "not found")
+        self.objects[key] = merge_patch(self.objects[key], patch)
+        return copy.deepcopy(self.objects[key])
+
+    async def delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        *,
+        propagation_policy: str | None = None,
+        preconditions: Mapping[str, str] | None = None,
+    ) -> Obj | None:
+        raise NotImplementedError
+
+
+def secret_of(ca: bytes, cert: bytes, key: bytes) -> Obj:
+    data = {"ca.crt": ca, "tls.crt": cert, "tls.key": key}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": NS},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
+
+
+def decoded(secret: Obj, key: str) -> bytes:
+    return base64.b64decode(secret["data"][key])
+
+
+async def ensure(client: FakeClient, cert_dir: Path) -> Any:
+    return await ensure_webhook_certificates(
+        client, cert_dir=cert_dir, namespace=NS, service_name=SVC, cluster_domain="cluster.local"
+    )
+
+
+# --- Secret handling ----------------------------------------------------------------------------
+
+
+async def test_existing_secret_is_reused(tmp_path: Path) -> None:
+    theirs = generate_certificates(service_name=SVC, namespace=NS, cluster_domain="cluster.local")
+    client = FakeClient()
+    client.objects[("secrets", NS, SECRET)] = secret_of(
+        theirs.ca_pem, theirs.cert_pem, theirs.key_pem
+    )
+
+    certs = await ensure(client, tmp_path)
+
+    assert certs == theirs
+    assert (tmp_path / "tls.crt").read_bytes() == theirs.cert_pem
+    assert (tmp_path / "tls.key").read_bytes() == theirs.key_pem
+    assert stat.S_IMODE((tmp_path / "tls.key").stat().st_mode) == 0o600
+    assert [c for c in client.calls if c[0] == "create"] == []
+
+
+async def test_missing_secret_is_generated_and_published(tmp_path: Path) -> None:
+    client = FakeClient()
+
+    certs = await ensure(client, tmp_path)
+
+    secret = client.objects[("secrets", NS, SECRET)]
+    assert secret["type"] == "Opaque"
+    assert secret["metadata"] == {"name": SECRET, "namespace": NS}
+    assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    assert decoded(secret, "ca.crt") == certs.ca_pem
+    assert decoded(secret, "tls.crt") == certs.cert_pem == (tmp_path / "tls.crt").read_bytes()
+    assert decoded(secret, "tls.key") == certs.key_pem == (tmp_path / "tls.key").read_bytes()
+    cert = x509.load_pem_x509_certificate(certs.cert_pem)
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(certs.ca_pem))
+    assert client.calls == [("get", "secrets", SECRET), ("create", "secrets", SECRET)]
+
+    # A second replica (or a restart) reuses what the first published.
+    again = await ensure(client, tmp_path / "replica-2")
+    assert again == certs
+
+
+async def test_losing_the_create_race_loads_the_winners_certificates(tmp_path: Path) -> None:
+    winner = generate_certificates(service_name=SVC, namespace=NS, cluster_domain="cluster.local")
+    client = FakeClient()
+    client.on_create["secrets"] = secret_of(winner.ca_pem, winner.cert_pem, winner.key_pem)
+
+    certs = await ensure(client, tmp_path)
+
+    assert certs == winner
+    assert (tmp_path / "tls.crt").read_bytes() == winner.cert_pem
+    assert (tmp_path / "tls.key").read_bytes() == winner.key_pem
+    assert client.calls == [
+        ("get", "secrets", SECRET),
+        ("create", "secrets", SECRET),
+        ("get", "secrets", SECRET),
+    ]
+
+
+async def test_invalid_secret_is_an_error(tmp_path: Path) -> None:
+    good = generate_certificates(service_name=SVC, namespace=NS, cluster_domain="cluster.local")
+    client = FakeClient()
+    client.objects[("secrets", NS, SECRET)] = secret_of(b"nope", good.cert_pem, good.key_pem)
+
+    with pytest.raises(CertificateError) as info:
+        await ensure(client, tmp_path)
+
+    assert str(info.value) == (
+        "shared Secret agent-sandbox-webhook-certs has invalid certificate data: "
+        "invalid CA certificate PEM data"
+    )
+    assert not (tmp_path / "tls.crt").exists()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{}, {"ca.crt": "!!!", "tls.crt": "", "tls.key": ""}, None],
+    ids=["empty", "bad-base64", "no-data"],
+)
+async def test_secret_without_usable_data_is_an_error(tmp_path: Path, data: Any) -> None:
+    client = FakeClient()
+    client.objects[("secrets", NS, SECRET)] = {"metadata": {"name": SECRET}, "data": data}
+    with pytest.raises(CertificateError, match="missing certificate or key data"):
+        await ensure(client, tmp_path)
+
+
+async def test_invalid_secret_after_a_lost_race_is_an_error(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.on_create["secrets"] = {"metadata": {"name": SECRET}, "data": {}}
+    with pytest.raises(CertificateError, match="invalid certificate data during concurrent load"):
+        await ensure(client, tmp_path)
+
+
+@pytest.mark.parametrize("verb", ["get", "create"])
+async def test_other_api_errors_propagate(tmp_path: Path, verb: str) -> None:
+    client = FakeClient()
+    client.errors[(verb, SECRET)] = ApiError(403, "Forbidden", "no")
+    with pytest.raises(ApiError) as info:
+        await ensure(client, tmp_path)
+    assert info.value.status == 403
+
+
+# --- CRD patching -------------------------------------------------------------------------------
+
+
+def crd(name: str, *, strategy: str = "Webhook", webhook: Obj | None = None) -> Obj:
+    conversion: Obj = {"strategy": strategy}
+    if webhook is not None:
+        conversion["webhook"] = webhook
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {"group": name.split(".", 1)[1], "conversion": conversion},
+    }
+
+
+SHIPPED_WEBHOOK: Obj = {
+    "conversionReviewVersions": ["v1", "v1beta1"],
+    "clientConfig": {"service": {"name": SVC, "namespace": NS, "path": "/convert"}},
+}
+CA = b"-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
+CA_B64 = base64.b64encode(CA).decode()
+
+
+def test_patch_for_the_shipped_crd_sets_only_the_ca_bundle() -> None:
+    patch = conversion_patch(
+        crd("sandboxes.agents.x-k8s.io", webhook=copy.deepcopy(SHIPPED_WEBHOOK)),
+        CA,
+        service_name=SVC,
+        namespace=NS,
+    )
+    assert patch == {"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": CA_B64}}}}}
+
+
+def test_patch_for_an_empty_webhook_sets_everything() -> None:
+    patch = conversion_patch(crd("x.agents.x-k8s.io"), CA, service_name="s", namespace="n")
+    assert patch == {
+        "spec": {
+            "conversion": {
+                "webhook": {
+                    "clientConfig": {
+                        "service": {"name": "s", "namespace": "n", "path": "/convert"},
+                        "caBundle": CA_B64,
+                    },
+                    "conversionReviewVersions": ["v1", "v1beta1"],
+                }
+            }
+        }
+    }
+
+
+def test_patch_keeps_existing_review_versions_and_port() -> None:
+    webhook: Obj = {
+        "conversionReviewVersions": ["v1"],
+        "clientConfig": {
+            "service": {"name": "old", "namespace": NS, "path": "/convert", "port": 8443},
+            "caBundle": "b2xk",
+        },
+    }
+    patch = conversion_patch(crd("x.y.z", webhook=webhook), CA, service_name=SVC, namespace=NS)
+    assert patch == {
+        "spec": {
+            "conversion": {
+                "webhook": {"clientConfig": {"service": {"name": SVC}, "caBundle": CA_B64}}
+            }
+        }
+    }
+
+
+def test_patch_in_url_mode_replaces_the_service() -> None:
+    patch = conversion_patch(
+        crd("x.y.z", webhook=copy.deepcopy(SHIPPED_WEBHOOK)),
+        CA,
+        service_name=SVC,
+        namespace=NS,
+        url="https://127.0.0.1:9443/convert",
+    )
+    assert patch == {
+        "spec": {
+            "conversion": {
+                "webhook": {
+                    "clientConfig": {
+                        "url": "https://127.0.0.1:9443/convert",
+                        "service": None,
+                        "caBundle": CA_B64,
+                    }
+                }
+            }
+        }
+    }
+
+
+def test_patch_back_to_service_mode_removes_the_url() -> None:
+    webhook: Obj = {
+        "conversionReviewVersions": ["v1"],
+        "clientConfig": {"url": "https://127.0.0.1:1/convert", "caBundle": CA_B64},
+    }
+    patch = conversion_patch(crd("x.y.z", webhook=webhook), CA, service_name=SVC, namespace=NS)
+    assert patch["spec"]["conversion"]["webhook"]["clientConfig"] == {
+        "service": {"name": SVC, "namespace": NS, "path": "/convert"},
+        "url": None,
+    }
+
+
+def test_patch_is_empty_when_up_to_date() -> None:
+    webhook = copy.deepcopy(SHIPPED_WEBHOOK)
+    webhook["clientConfig"]["caBundle"] = CA_B64
+    assert conversion_patch(crd("x.y.z", webhook=webhook), CA, service_name=SVC, namespace=NS) == {}
+
+
+async def test_patch_conversion_webhooks_skips_missing_and_non_webhook_crds() -> None:
+    client = FakeClient()
+    core, claims, templates, pools = CONVERSION_CRD_NAMES
+    client.objects[("customresourcedefinitions", "", core)] = crd(
+        core, webhook=copy.deepcopy(SHIPPED_WEBHOOK)
+    )
+    client.objects[("customresourcedefinitions", "", claims)] = crd(claims, strategy="None")
+    client.objects[("customresourcedefinitions", "", pools)] = crd(pools)
+    # templates CRD is not installed
+
+    patched = await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS)
+
+    assert patched == [core, pools]
+    for name in (core, pools):
+        webhook = client.objects[("customresourcedefinitions", "", name)]["spec"]["conversion"][
+            "webhook"
+        ]
+        assert webhook == {
+            "conversionReviewVersions": ["v1", "v1beta1"],
+            "clientConfig": {
+                "service": {"name": SVC, "namespace": NS, "path": "/convert"},
+                "caBundle": CA_B64,
+            },
+        }
+    assert client.objects[("customresourcedefinitions", "", claims)] == crd(claims, strategy="None")
+    assert ("get", "customresourcedefinitions", templates) in client.calls
+
+    # Idempotent: nothing left to change, so nothing is written.
+    assert await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS) == []
+
+
+async def test_patch_conversion_webhooks_propagates_other_errors() -> None:
+    client = FakeClient()
+    name = CONVERSION_CRD_NAMES[0]
+    client.objects[("customresourcedefinitions", "", name)] = crd(name)
+    client.errors[("patch", name)] = ApiError(403, "Forbidden", "denied")
+    with pytest.raises(ApiError, match="403"):
+        await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS)
+
+    client.errors[("get", name)] = ApiError(500, "InternalError", "etcd")
+    with pytest.raises(ApiError, match="500"):
+        await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS)
+
+
+async def test_manage_webhook_certificates_end_to_end(tmp_path: Path) -> None:
+    client = FakeClient()
+    for name in CONVERSION_CRD_NAMES:
+        client.objects[("customresourcedefinitions", "", name)] = crd(
+            name, webhook=copy.deepcopy(SHIPPED_WEBHOOK)
+        )
+
+    certs = await manage_webhook_certificates(
+        client,
+        cert_dir=tmp_path,
+        namespace=NS,
+        service_name=SVC,
+        cluster_domain="cluster.local",
+        url="https://127.0.0.1:9443/convert",
+        extra_sans=["127.0.0.1"],
+    )
+
+    ca_b64 = base64.b64encode(certs.ca_pem).decode()
+    for name in CONVERSION_CRD_NAMES:
+        config = client.objects[("customresourcedefinitions", "", name)]["spec"]["conversion"][
+            "webhook"
+        ]["clientConfig"]
+        assert config == {"url": "https://127.0.0.1:9443/convert", "caBundle": ca_b64}
+    assert (tmp_path / "tls.crt").read_bytes() == certs.cert_pem
+    assert ("secrets", NS, SECRET) in client.objects
