@@ -12,6 +12,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from kube_agent_sandbox.controller.goflag import Flag, FlagKind, FlagSet
@@ -24,7 +25,10 @@ from kube_agent_sandbox.controller.logsetup import (
 )
 
 __all__ = [
+    "ALLOWED_LABEL_DOMAINS_FILE",
     "DEFAULT_WEBHOOK_CERT_DIR",
+    "DEFAULT_WEBHOOK_CERT_NAME",
+    "DEFAULT_WEBHOOK_KEY_NAME",
     "EXIT_INVALID",
     "MAX_TOTAL_WORKERS",
     "BindAddress",
@@ -33,6 +37,7 @@ __all__ = [
     "build_flagset",
     "parse_args",
     "parse_bind_address",
+    "read_allowed_label_domains",
     "validate",
 ]
 
@@ -43,6 +48,8 @@ MAX_TOTAL_WORKERS: Final = 1000
 DEFAULT_WEBHOOK_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
 DEFAULT_WEBHOOK_CERT_NAME: Final = "tls.crt"
 DEFAULT_WEBHOOK_KEY_NAME: Final = "tls.key"
+ALLOWED_LABEL_DOMAINS_FILE: Final = "/etc/sandbox-config/allowed-label-domains"
+"""Mounted from the optional ConfigMap ``agent-sandbox-config`` (spec section 2.6)."""
 
 
 def _flag(name: str, default: Any, usage: str) -> Any:
@@ -212,6 +219,9 @@ class ControllerOptions:
     """Arguments after the flags (upstream ignores them)."""
     explicit: frozenset[str] = frozenset()
     """Names of the flags given on the command line."""
+    allowed_label_domains: tuple[str, ...] = ()
+    """Label domains claims may set on sandbox pods (read from the optional ConfigMap file
+    :data:`ALLOWED_LABEL_DOMAINS_FILE` at startup with ``--extensions``; not a flag)."""
 
     @property
     def total_workers(self) -> int:
@@ -427,3 +437,28 @@ def parse_bind_address(text: str) -> BindAddress | None:
         raise ValueError("port out of range")
     host = match["v6"] if match["v6"] is not None else match["host"]
     return BindAddress(host=host or None, port=port)
+
+
+_DOMAIN_SEPARATORS = re.compile(r"[,\n\r]")
+
+
+def read_allowed_label_domains(path: str | Path = ALLOWED_LABEL_DOMAINS_FILE) -> tuple[str, ...]:
+    """Read the allowed label domains: comma or newline separated, trimmed, lowercased.
+
+    Args:
+        path: the file (mounted from the optional ConfigMap).
+
+    Returns:
+        The domains; empty when the file does not exist.
+
+    Raises:
+        ConfigError: ``failed to read configuration file`` for any other read error (exit 1).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"failed to read configuration file {str(path)!r}: {err}") from err
+    domains = (part.strip().lower() for part in _DOMAIN_SEPARATORS.split(text.strip()))
+    return tuple(domain for domain in domains if domain)

@@ -175,22 +175,22 @@ def _strings(value: Any) -> tuple[str, ...]:
 # --- What the process needs besides its reconcilers ----------------------------------------
 
 LEADER_ELECTION_RULES: Final = (
-    # The Lease is created once (create cannot be limited by name) and afterwards read and
-    # renewed by name only; the runtime releases it on shutdown with an update, never deletes.
+    # runtime/leaderelection.py: the Lease is created once (create cannot be limited by name),
+    # then read and renewed (update with resourceVersion) by name only; it is released on
+    # shutdown with an update, never deleted, patched, listed or watched.
     rule("coordination.k8s.io", "leases", "create"),
     rule(
         "coordination.k8s.io",
         "leases",
-        ("get", "update", "patch"),
+        ("get", "update"),
         resource_names=(c.LEADER_ELECTION_ID,),
     ),
 )
 """Leader election on the ``a3317529.agent-sandbox.x-k8s.io`` Lease."""
 
 EVENT_RULES: Final = (
-    # Events are recorded through events.k8s.io/v1; series updates patch an existing Event.
-    # The core group is kept for tooling that still reads/writes core/v1 Events.
-    rule(("", "events.k8s.io"), "events", ("create", "patch")),
+    # runtime/events.py writes events.k8s.io/v1 Events: create, then patch for series counts.
+    rule("events.k8s.io", "events", ("create", "patch")),
 )
 """The event recorder."""
 
@@ -216,7 +216,9 @@ WEBHOOK_CLUSTER_RULES: Final = (
 """Cluster-scoped needs of webhook certificate management (``--manage-webhook-certs``)."""
 
 WEBHOOK_NAMESPACED_RULES: Final = (
+    # webhook/certs.py: GET the shared Secret by name, CREATE it when missing; never updated
+    # (no rotation), so no patch/update.
     rule("", "secrets", "create"),
-    rule("", "secrets", ("get", "patch", "update"), resource_names=(c.WEBHOOK_SECRET_NAME,)),
+    rule("", "secrets", "get", resource_names=(c.WEBHOOK_SECRET_NAME,)),
 )
 """Needs in ``--webhook-namespace``: the ``agent-sandbox-webhook-certs`` Secret only."""

@@ -8,7 +8,8 @@
 * ``webhook-secret-role.generated.yaml``: Role ``agent-sandbox-controller`` in
   ``agent-sandbox-system`` for the webhook certificate Secret;
 * ``extensions/role.generated.yaml``: ClusterRole ``agent-sandbox-controller-extensions`` =
-  the rules of the installed extension plugins (only when some are declared).
+  the rules of the installed extension plugins (no rules while none declares any, so the
+  extensions kustomize component always builds).
 
 ``--check`` writes nothing and exits 1 when a file is missing, stale or no longer generated,
 so CI catches a permission added to the code but not to the manifests. Output is
@@ -99,7 +100,7 @@ def render(
     Args:
         core: rules of the core ClusterRole.
         webhook: rules of the namespaced Role (webhook Secret).
-        extensions: rules of the extensions ClusterRole (no file when empty).
+        extensions: rules of the extensions ClusterRole (may be empty).
 
     Returns:
         The files, in a fixed order.
@@ -110,10 +111,7 @@ def render(
             WEBHOOK_FILE,
             _document(_role(CONTROLLER_ROLE, c.CONTROLLER_NAMESPACE, webhook)),
         ),
-        GeneratedFile(
-            EXTENSIONS_FILE,
-            _document(_cluster_role(EXTENSIONS_ROLE, extensions)) if extensions else None,
-        ),
+        GeneratedFile(EXTENSIONS_FILE, _document(_cluster_role(EXTENSIONS_ROLE, extensions))),
     ]
 
 

@@ -1,0 +1,403 @@
+"""Assembles the running controller process from validated options.
+
+The steps follow upstream's ``main.go`` after flag validation: tracing, cluster configuration,
+API client, webhook certificates and CRD ``caBundle``\\ s, the manager (leader election,
+metrics, probes), the Sandbox controller, the conversion webhook server, the extension
+plugins, then run until SIGTERM/SIGINT. Each step is a small function that raises
+:class:`StartupError` with upstream's message on failure, which ``cli.main`` logs and turns into
+exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.config import (
+    DEFAULT_WEBHOOK_CERT_NAME,
+    DEFAULT_WEBHOOK_KEY_NAME,
+    ConfigError,
+    ControllerOptions,
+    read_allowed_label_domains,
+)
+from kube_agent_sandbox.controller.plugins import PluginError, load_plugins, run_setup
+from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime.config import ClusterConfig, load_config
+from kube_agent_sandbox.controller.runtime.config import ConfigError as ClusterConfigError
+from kube_agent_sandbox.controller.runtime.leaderelection import LeaderElectionConfig
+from kube_agent_sandbox.controller.runtime.manager import Manager
+from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
+from kube_agent_sandbox.controller.version import register_build_info
+
+__all__ = [
+    "SERVICE_ACCOUNT_NAMESPACE_FILE",
+    "StartupError",
+    "build_client",
+    "build_manager",
+    "load_cluster_config",
+    "prepare_webhook",
+    "resolve_leader_election_namespace",
+    "run",
+    "setup_extensions",
+    "setup_sandbox_controller",
+    "setup_tracing",
+]
+
+logger = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+CONNECTIONS_PER_API_CONNECTION: Final = 100
+"""Concurrent requests one upstream HTTP/2 connection carries (the apiserver's default
+``SETTINGS_MAX_CONCURRENT_STREAMS``); our HTTP/1.1 pool gets this many sockets per
+``--api-connections``."""
+TRACING_INIT_TIMEOUT: Final = 10.0
+SANDBOX_SETUP_MODULE: Final = "kube_agent_sandbox.controller.sandbox.setup"
+
+
+class StartupError(Exception):
+    """The controller cannot start; ``message`` is what upstream logs before ``os.Exit(1)``."""
+
+    def __init__(
+        self, message: str, *, exit_code: int = 1, fields: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.fields = fields or {}
+
+
+# --- steps -----------------------------------------------------------------------------------
+
+
+def setup_tracing(options: ControllerOptions) -> Callable[[], None]:
+    """Install an OpenTelemetry tracer provider exporting over OTLP when ``--enable-tracing``.
+
+    Honors the standard ``OTEL_EXPORTER_OTLP_*`` variables; only the W3C TraceContext
+    propagator is installed (no baggage), service name ``agent-sandbox-controller``.
+
+    Returns:
+        A function that flushes and shuts the provider down (a no-op when tracing is off).
+
+    Raises:
+        StartupError: ``unable to initialize tracing`` (e.g. the OpenTelemetry SDK is missing).
+    """
+    if not options.enable_tracing:
+        return lambda: None
+    try:
+        # Imported by name: OpenTelemetry is an optional dependency (extra ``tracing``).
+        trace = importlib.import_module("opentelemetry.trace")
+        propagate = importlib.import_module("opentelemetry.propagate")
+        exporter = importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+        resources = importlib.import_module("opentelemetry.sdk.resources")
+        sdk_trace = importlib.import_module("opentelemetry.sdk.trace")
+        sdk_export = importlib.import_module("opentelemetry.sdk.trace.export")
+        tracecontext = importlib.import_module("opentelemetry.trace.propagation.tracecontext")
+    except ImportError as err:
+        raise StartupError(
+            "unable to initialize tracing",
+            fields={"hint": "install kube-agent-sandbox-controller[tracing]"},
+        ) from err
+    try:
+        provider = sdk_trace.TracerProvider(
+            resource=resources.Resource.create({"service.name": "agent-sandbox-controller"})
+        )
+        provider.add_span_processor(sdk_export.BatchSpanProcessor(exporter.OTLPSpanExporter()))
+    except Exception as err:
+        raise StartupError("unable to initialize tracing") from err
+    trace.set_tracer_provider(provider)
+    propagate.set_global_textmap(tracecontext.TraceContextTextMapPropagator())
+
+    def shutdown() -> None:
+        provider.shutdown()
+
+    return shutdown
+
+
+def load_cluster_config(options: ControllerOptions) -> ClusterConfig:
+    """``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster, else ``~/.kube/config``.
+
+    Raises:
+        StartupError: no usable configuration.
+    """
+    try:
+        return load_config(options.kubeconfig or None)
+    except ClusterConfigError as err:
+        raise StartupError("unable to get kubeconfig", fields={"error": str(err)}) from err
+
+
+def resolve_leader_election_namespace(
+    options: ControllerOptions, *, namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE
+) -> str:
+    """The Lease namespace: the flag, else the Pod's service account namespace.
+
+    Raises:
+        StartupError: leader election is on, the flag is empty and this is not a Pod (the
+            message is controller-runtime's).
+    """
+    if options.leader_election_namespace:
+        return options.leader_election_namespace
+    try:
+        namespace = Path(namespace_file).read_text(encoding="utf-8").strip()
+    except OSError:
+        namespace = ""
+    if not namespace:
+        raise StartupError(
+            "unable to start manager",
+            fields={
+                "error": "unable to find leader election namespace: not running in-cluster, "
+                "please specify --leader-election-namespace"
+            },
+        )
+    return namespace
+
+
+def build_client(
+    options: ControllerOptions, cluster: ClusterConfig, *, metrics: RuntimeMetrics
+) -> ApiClient:
+    """The API client with ``--kube-api-qps``/``--kube-api-burst`` and ``--api-connections``."""
+    if options.api_connections > 1:
+        logger.info(
+            "API transport sharding enabled: non-watch API traffic may use more connections",
+            extra={"connections": options.api_connections},
+        )
+    if options.separate_watch_connection:
+        logger.info(
+            "informer list/watch traffic uses its own connection pool "
+            "(always the case in this implementation)"
+        )
+    return ApiClient(
+        cluster,
+        qps=options.kube_api_qps,
+        burst=options.kube_api_burst,
+        metrics=metrics,
+        max_connections=CONNECTIONS_PER_API_CONNECTION * options.api_connections,
+    )
+
+
+async def prepare_webhook(options: ControllerOptions, client: ApiClient) -> Any | None:
+    """Certificates, CRD caBundles and the conversion webhook server (``--enable-webhook``).
+
+    Returns:
+        The (not yet started) server, or ``None`` when the webhook is disabled.
+
+    Raises:
+        StartupError: upstream's messages for certificate or CRD patch failures.
+    """
+    if not options.enable_webhook:
+        return None
+    from kube_agent_sandbox.controller.webhook import certs
+    from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
+
+    cert_dir = Path(options.webhook_cert_dir)
+    if options.manage_webhook_certs:
+        logger.info("Preparing webhook certificates", extra={"certDir": str(cert_dir)})
+        try:
+            bundle = await certs.ensure_webhook_certificates(
+                client,
+                cert_dir=cert_dir,
+                namespace=options.webhook_namespace,
+                service_name=options.webhook_service_name,
+                cluster_domain=options.cluster_domain,
+            )
+        except Exception as err:
+            raise StartupError("unable to prepare webhook certificates") from err
+        logger.info("Patching CRDs with generated CA bundle")
+        try:
+            await _patch_crds(client, bundle.ca_pem, options)
+        except Exception as err:
+            raise StartupError("failed to patch CRDs with CA bundle") from err
+        if (options.webhook_cert_name, options.webhook_key_name) != (
+            DEFAULT_WEBHOOK_CERT_NAME,
+            DEFAULT_WEBHOOK_KEY_NAME,
+        ):
+            logger.warning(
+                "--webhook-cert-name and --webhook-key-name are ignored when "
+                "--manage-webhook-certs=true; using generated tls.crt/tls.key",
+                extra={
+                    "certName": options.webhook_cert_name,
+                    "keyName": options.webhook_key_name,
+                },
+            )
+        cert_file = cert_dir / DEFAULT_WEBHOOK_CERT_NAME
+        key_file = cert_dir / DEFAULT_WEBHOOK_KEY_NAME
+    else:
+        logger.info(
+            "Webhook cert management and CRD conversion caBundle patching disabled; expecting "
+            "existing cert files in certDir and CRDs patched externally",
+            extra={
+                "certDir": str(cert_dir),
+                "certName": options.webhook_cert_name,
+                "keyName": options.webhook_key_name,
+                "serviceName": options.webhook_service_name,
+                "namespace": options.webhook_namespace,
+            },
+        )
+        try:
+            cert_file, key_file = certs.resolve_cert_files(
+                cert_dir, options.webhook_cert_name, options.webhook_key_name
+            )
+        except certs.CertificateError as err:
+            raise StartupError(
+                "required webhook cert/key file missing",
+                fields={
+                    "error": str(err),
+                    "hint": "with --manage-webhook-certs=false the serving certificate and key "
+                    "(tls.crt/tls.key or a combined cert.pem) must be pre-provisioned in "
+                    "certDir by a certificate provisioner",
+                },
+            ) from err
+    # controller-runtime's webhook server treats port 0 as "unset" and uses 9443.
+    port = options.webhook_port or 9443
+    return ConversionWebhookServer(cert_file, key_file, port=port)
+
+
+async def _patch_crds(client: ApiClient, ca_pem: bytes, options: ControllerOptions) -> None:
+    from kube_agent_sandbox.controller.webhook import certs
+
+    patch = getattr(certs, "patch_crd_ca_bundles", None)
+    if patch is None:
+        crds_module = _optional_module("kube_agent_sandbox.controller.webhook.crds")
+        patch = getattr(crds_module, "patch_crd_ca_bundles", None) if crds_module else None
+    if patch is None:
+        logger.warning("CRD caBundle patching is not available in this build; skipped")
+        return
+    await patch(
+        client,
+        ca_pem,
+        service_name=options.webhook_service_name,
+        namespace=options.webhook_namespace,
+    )
+
+
+def build_manager(
+    options: ControllerOptions,
+    client: ApiClient,
+    *,
+    metrics: RuntimeMetrics,
+    lease_namespace: str | None,
+) -> Manager:
+    """The manager: leader election on upstream's Lease, metrics and probe servers.
+
+    Raises:
+        StartupError: ``unable to start manager`` for invalid settings.
+    """
+    leader_election = None
+    if options.leader_elect:
+        assert lease_namespace is not None
+        leader_election = LeaderElectionConfig(
+            lease_name=c.LEADER_ELECTION_ID, lease_namespace=lease_namespace
+        )
+    try:
+        manager = Manager(
+            client,
+            leader_election=leader_election,
+            metrics_bind_address=options.metrics_bind_address,
+            health_bind_address=options.health_probe_bind_address,
+            metrics=metrics,
+        )
+    except ValueError as err:
+        raise StartupError("unable to start manager", fields={"error": str(err)}) from err
+    register_build_info(manager.registry)
+    return manager
+
+
+async def setup_sandbox_controller(manager: Manager, options: ControllerOptions) -> None:
+    """Register the core Sandbox controller (always on).
+
+    Raises:
+        StartupError: ``unable to create controller`` (controller=Sandbox).
+    """
+    module = importlib.import_module(SANDBOX_SETUP_MODULE)
+    setup = getattr(module, "setup", None)
+    if not callable(setup):
+        raise StartupError(
+            "unable to create controller",
+            fields={"controller": "Sandbox", "error": f"{SANDBOX_SETUP_MODULE}.setup missing"},
+        )
+    try:
+        result = setup(manager, options)
+        if asyncio.iscoroutine(result):
+            await result
+    except Exception as err:
+        raise StartupError("unable to create controller", fields={"controller": "Sandbox"}) from err
+
+
+async def setup_extensions(manager: Manager, options: ControllerOptions) -> None:
+    """Load the extension plugins and let each register its controllers (``--extensions``).
+
+    Raises:
+        StartupError: no plugin installed, a plugin fails to load or to set up, or the allowed
+            label domains file cannot be read.
+    """
+    try:
+        domains = read_allowed_label_domains()
+    except ConfigError as err:
+        raise StartupError(err.message) from err
+    options = dataclasses.replace(options, allowed_label_domains=domains)
+    try:
+        plugins = load_plugins()
+    except PluginError as err:
+        raise StartupError("unable to load extensions", fields={"error": str(err)}) from err
+    if not plugins:
+        raise StartupError(
+            "--extensions is set but no extension plugin is installed",
+            fields={"hint": "install kube-agent-sandbox-extensions"},
+        )
+    for plugin in plugins:
+        try:
+            await run_setup(plugin, manager, options)
+        except Exception as err:
+            raise StartupError(
+                "unable to create controller", fields={"controller": plugin.name}
+            ) from err
+
+
+# --- the whole process -----------------------------------------------------------------------
+
+
+async def run(options: ControllerOptions) -> None:
+    """Build everything and run until SIGTERM/SIGINT.
+
+    Raises:
+        StartupError: a startup step failed (exit 1).
+    """
+    stop_tracing = setup_tracing(options)
+    try:
+        cluster = load_cluster_config(options)
+        lease_namespace = (
+            resolve_leader_election_namespace(options) if options.leader_elect else None
+        )
+        metrics = default_metrics()
+        async with build_client(options, cluster, metrics=metrics) as client:
+            webhook = await prepare_webhook(options, client)
+            manager = build_manager(
+                options, client, metrics=metrics, lease_namespace=lease_namespace
+            )
+            await setup_sandbox_controller(manager, options)
+            if webhook is not None:
+                manager.add_runnable(webhook)
+                manager.readyz_checks["webhook"] = lambda: bool(webhook.started)
+            if options.extensions:
+                await setup_extensions(manager, options)
+            logger.info("starting manager")
+            try:
+                await manager.run_until_signal()
+            except Exception as err:
+                raise StartupError("problem running manager") from err
+    finally:
+        stop_tracing()
+
+
+def _optional_module(name: str) -> Any | None:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:
+            raise
+        return None
