@@ -80,7 +80,9 @@ class FakeReader:
         obj = self._cluster.store[self._plural].get((namespace, name))
         return None if obj is None else self._view(obj)
 
-    def list(self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None) -> list[Obj]:
+    def list(
+        self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+    ) -> list[Obj]:
         found = []
         for (ns, _), obj in sorted(self._cluster.store[self._plural].items()):
             if namespace is not None and ns != namespace:
@@ -169,7 +171,9 @@ class FakeCluster:
         found = self.store[resource.plural].get((namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def mutate(self, resource: Resource, name: str, func: Callable[[Obj], None], namespace: str = NS) -> None:
+    def mutate(
+        self, resource: Resource, name: str, func: Callable[[Obj], None], namespace: str = NS
+    ) -> None:
         """Change a stored object in place (a kubelet or a user would), bumping its RV."""
         obj = self.store[resource.plural][(namespace, name)]
         func(obj)
@@ -197,7 +201,9 @@ class FakeCluster:
 
         self.mutate(PODS, name, change, namespace)
 
-    def readers(self, *, pod_transform: Callable[[Obj], Obj] | None = None) -> dict[str, FakeReader]:
+    def readers(
+        self, *, pod_transform: Callable[[Obj], Obj] | None = None
+    ) -> dict[str, FakeReader]:
         return {
             "sandboxes": FakeReader(self, SANDBOXES.plural),
             "pods": FakeReader(
@@ -254,7 +260,14 @@ class FakeCluster:
     ) -> Obj:
         name = body.get("metadata", {}).get("name", "")
         self.calls.append(
-            Call("create", resource.plural, namespace, name, copy.deepcopy(body), field_manager=field_manager)
+            Call(
+                "create",
+                resource.plural,
+                namespace,
+                name,
+                copy.deepcopy(body),
+                field_manager=field_manager,
+            )
         )
         self._maybe_fail("create", resource.plural)
         if (namespace, name) in self.store[resource.plural]:
@@ -282,7 +295,9 @@ class FakeCluster:
         subresource: str | None = None,
         field_manager: str | None = None,
     ) -> Obj:
-        self.calls.append(Call("update", resource.plural, namespace, name, copy.deepcopy(body), subresource))
+        self.calls.append(
+            Call("update", resource.plural, namespace, name, copy.deepcopy(body), subresource)
+        )
         self._maybe_fail("update", resource.plural)
         current = self.store[resource.plural].get((namespace, name))
         if current is None:
@@ -323,7 +338,9 @@ class FakeCluster:
         assert isinstance(patch, dict)
         if subresource == "status":
             patched = copy.deepcopy(current)
-            patched["status"] = apply_merge_patch(current.get("status") or {}, patch.get("status") or {})
+            patched["status"] = apply_merge_patch(
+                current.get("status") or {}, patch.get("status") or {}
+            )
         else:
             body = {k: v for k, v in patch.items() if k != "status"}
             patched = apply_merge_patch(current, body)
@@ -346,7 +363,9 @@ class FakeCluster:
         propagation_policy: str | None = None,
         preconditions: Mapping[str, str] | None = None,
     ) -> Obj | None:
-        self.calls.append(Call("delete", resource.plural, namespace, name, preconditions=preconditions))
+        self.calls.append(
+            Call("delete", resource.plural, namespace, name, preconditions=preconditions)
+        )
         self._maybe_fail("delete", resource.plural)
         current = self.store[resource.plural].get((namespace, name))
         if current is None:
@@ -413,7 +432,12 @@ def make_sandbox(
         meta["annotations"] = dict(annotations)
     if owner:
         meta["ownerReferences"] = [owner]
-    sandbox: Obj = {"apiVersion": SANDBOXES.api_version, "kind": "Sandbox", "metadata": meta, "spec": spec}
+    sandbox: Obj = {
+        "apiVersion": SANDBOXES.api_version,
+        "kind": "Sandbox",
+        "metadata": meta,
+        "spec": spec,
+    }
     if status is not None:
         sandbox["status"] = status
     return sandbox

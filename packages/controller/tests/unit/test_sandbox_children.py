@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from sandbox_fakes import (
@@ -50,7 +50,9 @@ class TestCheckOwnership:
         assert check_ownership(owned, sandbox)[0] is Ownership.OWNED
         assert check_ownership(build("x"), sandbox) == (Ownership.UNOWNED, None)
         status, ref = check_ownership(build("x", owner=RS_REF), sandbox)
-        assert status is Ownership.OTHER and ref is not None and ref["uid"] == "rs-uid"
+        assert status is Ownership.OTHER
+        assert ref is not None
+        assert ref["uid"] == "rs-uid"
 
     def test_same_name_other_uid_is_other(self) -> None:
         sandbox = make_sandbox()
@@ -70,7 +72,10 @@ class TestReconcilePod:
         cluster.add(PODS, make_pod("sandbox-name", labels={c.LABEL_ADOPTABLE: "true"}))
         await _reconcile(cluster)
         pod = _pod(cluster)
-        assert pod["metadata"]["labels"][c.LABEL_SANDBOX_NAME_HASH] == hash_label()[c.LABEL_SANDBOX_NAME_HASH]
+        assert (
+            pod["metadata"]["labels"][c.LABEL_SANDBOX_NAME_HASH]
+            == hash_label()[c.LABEL_SANDBOX_NAME_HASH]
+        )
         assert pod["metadata"]["ownerReferences"] == [sandbox_ref(sandbox)]
         patch = cluster.writes(PODS)[0]
         assert patch.verb == "patch"
@@ -140,7 +145,9 @@ class TestReconcilePod:
         cluster = FakeCluster()
         cluster.add(
             SANDBOXES,
-            make_sandbox(labels={c.LABEL_CLAIM_UID: "u", c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "h", "x": "y"}),
+            make_sandbox(
+                labels={c.LABEL_CLAIM_UID: "u", c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "h", "x": "y"}
+            ),
         )
         await _reconcile(cluster)
         assert _pod(cluster)["metadata"]["labels"] == hash_label()
@@ -148,21 +155,37 @@ class TestReconcilePod:
     async def test_stale_system_keys_recorded_by_older_controllers_are_scrubbed(self) -> None:
         cluster = FakeCluster()
         sandbox = cluster.add(SANDBOXES, make_sandbox(template_labels={"keep": "1"}))
-        labels = {**hash_label(), "keep": "1", c.LABEL_CLAIM_UID: "x", c.LABEL_WARM_POOL_SANDBOX: "p"}
+        labels = {
+            **hash_label(),
+            "keep": "1",
+            c.LABEL_CLAIM_UID: "x",
+            c.LABEL_WARM_POOL_SANDBOX: "p",
+        }
         annotations = {
             c.ANNOTATION_PROPAGATED_LABELS: f"keep,{c.LABEL_CLAIM_UID},{c.LABEL_SANDBOX_NAME_HASH}",
             c.ANNOTATION_PROPAGATED_ANNOTATIONS: f"{c.ANNOTATION_TRACE_CONTEXT}",
             c.ANNOTATION_TRACE_CONTEXT: "{}",
         }
-        cluster.add(PODS, make_pod("sandbox-name", labels=labels, annotations=annotations, owner=sandbox_ref(sandbox)))
+        cluster.add(
+            PODS,
+            make_pod(
+                "sandbox-name", labels=labels, annotations=annotations, owner=sandbox_ref(sandbox)
+            ),
+        )
         await _reconcile(cluster)
         meta = _pod(cluster)["metadata"]
         assert meta["labels"] == {**hash_label(), "keep": "1"}
-        assert meta["annotations"] == {c.ANNOTATION_PROPAGATED_LABELS: "keep", c.ANNOTATION_PROPAGATED_ANNOTATIONS: ""}
+        assert meta["annotations"] == {
+            c.ANNOTATION_PROPAGATED_LABELS: "keep",
+            c.ANNOTATION_PROPAGATED_ANNOTATIONS: "",
+        }
 
     async def test_removed_template_keys_are_deleted_from_pod(self) -> None:
         cluster = FakeCluster()
-        cluster.add(SANDBOXES, make_sandbox(template_labels={"a": "1", "b": "2"}, template_annotations={"x": "1"}))
+        cluster.add(
+            SANDBOXES,
+            make_sandbox(template_labels={"a": "1", "b": "2"}, template_annotations={"x": "1"}),
+        )
         rec = cluster.reconciler()
         await rec.reconcile(request())
         cluster.mutate(
@@ -173,7 +196,10 @@ class TestReconcilePod:
         await rec.reconcile(request())
         meta = _pod(cluster)["metadata"]
         assert meta["labels"] == {"a": "9", **hash_label()}
-        assert meta["annotations"] == {c.ANNOTATION_PROPAGATED_LABELS: "a", c.ANNOTATION_PROPAGATED_ANNOTATIONS: ""}
+        assert meta["annotations"] == {
+            c.ANNOTATION_PROPAGATED_LABELS: "a",
+            c.ANNOTATION_PROPAGATED_ANNOTATIONS: "",
+        }
 
     async def test_unmanaged_pod_keys_are_left_alone(self) -> None:
         cluster = FakeCluster()
@@ -193,9 +219,17 @@ class TestReconcilePod:
     @pytest.mark.parametrize(
         ("owner", "sandbox_labels", "expected"),
         [
-            (POOL_REF, {c.LABEL_WARM_POOL_SANDBOX: "pool-h"}, {c.LABEL_WARM_POOL_SANDBOX: "pool-h"}),
+            (
+                POOL_REF,
+                {c.LABEL_WARM_POOL_SANDBOX: "pool-h"},
+                {c.LABEL_WARM_POOL_SANDBOX: "pool-h"},
+            ),
             (CLAIM_REF, {c.LABEL_WARM_POOL_SANDBOX: "pool-h"}, {}),
-            (CLAIM_REF, {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"}, {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"}),
+            (
+                CLAIM_REF,
+                {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"},
+                {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"},
+            ),
             (
                 POOL_REF,
                 {c.LABEL_WARM_POOL_SANDBOX: "pool-h", c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"},
@@ -203,8 +237,13 @@ class TestReconcilePod:
             ),
             (None, {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"}, {}),
             (RS_REF, {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"}, {}),
-            (owner_ref("SandboxWarmPool", "pool", "p", api_version=f"{c.EXTENSIONS_GROUP}/v1alpha1"),
-             {c.LABEL_WARM_POOL_SANDBOX: "pool-h"}, {c.LABEL_WARM_POOL_SANDBOX: "pool-h"}),
+            (
+                owner_ref(
+                    "SandboxWarmPool", "pool", "p", api_version=f"{c.EXTENSIONS_GROUP}/v1alpha1"
+                ),
+                {c.LABEL_WARM_POOL_SANDBOX: "pool-h"},
+                {c.LABEL_WARM_POOL_SANDBOX: "pool-h"},
+            ),
         ],
     )
     async def test_extension_labels_on_create(
@@ -229,19 +268,33 @@ class TestReconcilePod:
 
         cluster.mutate(SANDBOXES, "sandbox-name", adopt)
         await rec.reconcile(request())
-        assert _pod(cluster)["metadata"]["labels"] == {**hash_label(), c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h"}
+        assert _pod(cluster)["metadata"]["labels"] == {
+            **hash_label(),
+            c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t-h",
+        }
         cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s["metadata"]["labels"].clear())
         await rec.reconcile(request())
         assert _pod(cluster)["metadata"]["labels"] == hash_label()
 
     async def test_extension_labels_added_to_existing_pod(self) -> None:
         cluster = FakeCluster()
-        sandbox = cluster.add(SANDBOXES, make_sandbox(labels={c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t"}, owner=CLAIM_REF))
+        sandbox = cluster.add(
+            SANDBOXES,
+            make_sandbox(labels={c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "t"}, owner=CLAIM_REF),
+        )
         cluster.add(PODS, make_pod("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox)))
         await _reconcile(cluster)
         assert _pod(cluster)["metadata"]["labels"][c.LABEL_SANDBOX_TEMPLATE_REF_HASH] == "t"
 
-    @pytest.mark.parametrize(("value", "expected"), [("go-client", "go-client"), ("python-client", "python-client"), ("controller", "controller"), ("bad value", "unknown")])
+    @pytest.mark.parametrize(
+        ("value", "expected"),
+        [
+            ("go-client", "go-client"),
+            ("python-client", "python-client"),
+            ("controller", "controller"),
+            ("bad value", "unknown"),
+        ],
+    )
     async def test_created_by_is_normalized(self, value: str, expected: str) -> None:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox(labels={c.LABEL_CREATED_BY: value}))
@@ -253,7 +306,11 @@ class TestReconcilePod:
         cluster.add(SANDBOXES, make_sandbox(labels={c.LABEL_CREATED_BY: "go-client"}))
         rec = cluster.reconciler()
         await rec.reconcile(request())
-        cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s["metadata"]["labels"].update({c.LABEL_CREATED_BY: "python-client"}))
+        cluster.mutate(
+            SANDBOXES,
+            "sandbox-name",
+            lambda s: s["metadata"]["labels"].update({c.LABEL_CREATED_BY: "python-client"}),
+        )
         await rec.reconcile(request())
         assert _pod(cluster)["metadata"]["labels"][c.LABEL_CREATED_BY] == "python-client"
         cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s["metadata"]["labels"].clear())
@@ -262,15 +319,28 @@ class TestReconcilePod:
 
     async def test_suspended_deletes_owned_pod_which_stays_terminating(self) -> None:
         cluster = FakeCluster()
-        sandbox = cluster.add(SANDBOXES, make_sandbox(mode="Suspended", annotations={c.ANNOTATION_POD_NAME: "sandbox-name"}))
-        cluster.add(PODS, make_pod("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox), finalizers=["x/hold"]))
+        sandbox = cluster.add(
+            SANDBOXES,
+            make_sandbox(mode="Suspended", annotations={c.ANNOTATION_POD_NAME: "sandbox-name"}),
+        )
+        cluster.add(
+            PODS,
+            make_pod(
+                "sandbox-name",
+                labels=hash_label(),
+                owner=sandbox_ref(sandbox),
+                finalizers=["x/hold"],
+            ),
+        )
         await _reconcile(cluster)
         pod = _pod(cluster)
         assert pod["metadata"]["deletionTimestamp"]
         delete = cluster.writes(PODS)[0]
         assert (delete.verb, delete.preconditions) == ("delete", {"uid": pod["metadata"]["uid"]})
         # The annotation stays while the pod is still there.
-        assert cluster.obj(SANDBOXES, "sandbox-name")["metadata"]["annotations"] == {c.ANNOTATION_POD_NAME: "sandbox-name"}  # type: ignore[index]
+        assert cluster.obj(SANDBOXES, "sandbox-name")["metadata"]["annotations"] == {
+            c.ANNOTATION_POD_NAME: "sandbox-name"
+        }  # type: ignore[index]
         conds = conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))  # type: ignore[arg-type]
         assert conds["Suspended"]["reason"] == "PodTerminating"
 
@@ -282,7 +352,9 @@ class TestReconcilePod:
 
     async def test_annotation_named_pod_is_adopted(self) -> None:
         cluster = FakeCluster()
-        sandbox = cluster.add(SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "warm-abcde"}))
+        sandbox = cluster.add(
+            SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "warm-abcde"})
+        )
         cluster.add(PODS, make_pod("warm-abcde", labels={c.LABEL_ADOPTABLE: "true"}))
         await _reconcile(cluster)
         assert _pod(cluster, "warm-abcde")["metadata"]["ownerReferences"] == [sandbox_ref(sandbox)]
@@ -296,7 +368,10 @@ class TestReconcilePod:
         assert result.requeue_after == 60.0
         assert _pod(cluster) == original
         assert cluster.writes(PODS) == []
-        assert c.ANNOTATION_POD_NAME not in cluster.obj(SANDBOXES, "sandbox-name")["metadata"]["annotations"]  # type: ignore[index]
+        assert (
+            c.ANNOTATION_POD_NAME
+            not in cluster.obj(SANDBOXES, "sandbox-name")["metadata"]["annotations"]
+        )  # type: ignore[index]
         assert _ready(cluster)["message"] == (
             'Error seen: pod "sandbox-name" is owned by ReplicaSet/rs (UID: rs-uid), '
             'not by sandbox "sandbox-name"'
@@ -312,13 +387,20 @@ class TestReconcilePod:
         assert cluster.obj(PODS, "sandbox-name") is not None
         assert cluster.writes(PODS) == []
 
-    async def test_unowned_annotated_pod_not_deleted_on_suspend_and_annotation_removed(self) -> None:
+    async def test_unowned_annotated_pod_not_deleted_on_suspend_and_annotation_removed(
+        self,
+    ) -> None:
         cluster = FakeCluster()
-        cluster.add(SANDBOXES, make_sandbox(mode="Suspended", annotations={c.ANNOTATION_POD_NAME: "p"}))
+        cluster.add(
+            SANDBOXES, make_sandbox(mode="Suspended", annotations={c.ANNOTATION_POD_NAME: "p"})
+        )
         cluster.add(PODS, make_pod("p", labels={c.LABEL_ADOPTABLE: "true"}))
         await _reconcile(cluster)
         assert cluster.obj(PODS, "p") is not None
-        assert c.ANNOTATION_POD_NAME not in cluster.obj(SANDBOXES, "sandbox-name")["metadata"]["annotations"]  # type: ignore[index]
+        assert (
+            c.ANNOTATION_POD_NAME
+            not in cluster.obj(SANDBOXES, "sandbox-name")["metadata"]["annotations"]
+        )  # type: ignore[index]
         conds = conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))  # type: ignore[arg-type]
         assert conds["Suspended"]["reason"] == "PodNotOwned"
 
@@ -329,11 +411,15 @@ class TestReconcilePod:
         cluster.set_pod_status("sandbox-name", ips=("10.9.9.9",), node="n1")
         await _reconcile(cluster)
         status = cluster.obj(SANDBOXES, "sandbox-name")["status"]  # type: ignore[index]
-        assert "podIPs" not in status and "nodeName" not in status
+        assert "podIPs" not in status
+        assert "nodeName" not in status
         assert status["selector"].endswith(hash_label()[c.LABEL_SANDBOX_NAME_HASH])
         assert status["service"] == "sandbox-name"
         conds = conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))  # type: ignore[arg-type]
-        assert (conds["Suspended"]["reason"], conds["Ready"]["message"]) == ("PodNotOwned", "Sandbox is suspending")
+        assert (conds["Suspended"]["reason"], conds["Ready"]["message"]) == (
+            "PodNotOwned",
+            "Sandbox is suspending",
+        )
 
     async def test_missing_annotated_pod_clears_annotation_and_recreates(self) -> None:
         cluster = FakeCluster()
@@ -345,7 +431,9 @@ class TestReconcilePod:
 
     async def test_pod_annotation_naming_another_pod_is_kept(self) -> None:
         cluster = FakeCluster()
-        sandbox = cluster.add(SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "warm-1"}))
+        sandbox = cluster.add(
+            SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "warm-1"})
+        )
         cluster.add(PODS, make_pod("warm-1", labels=hash_label(), owner=sandbox_ref(sandbox)))
         await _reconcile(cluster)
         assert [w for w in cluster.writes(SANDBOXES) if w.subresource is None] == []
@@ -375,14 +463,32 @@ class TestReconcileService:
     async def test_create_with_ports(self) -> None:
         cluster = FakeCluster()
         containers = [
-            {"name": "a", "image": "i", "ports": [{"containerPort": 9000, "protocol": "UDP"}, {"containerPort": 8080, "name": "http"}]},
-            {"name": "b", "image": "i", "ports": [{"containerPort": 8080, "name": "dup"}, {"containerPort": 0}]},
+            {
+                "name": "a",
+                "image": "i",
+                "ports": [
+                    {"containerPort": 9000, "protocol": "UDP"},
+                    {"containerPort": 8080, "name": "http"},
+                ],
+            },
+            {
+                "name": "b",
+                "image": "i",
+                "ports": [{"containerPort": 8080, "name": "dup"}, {"containerPort": 0}],
+            },
         ]
         init = [
-            {"name": "side", "image": "i", "restartPolicy": "Always", "ports": [{"containerPort": 7000}]},
+            {
+                "name": "side",
+                "image": "i",
+                "restartPolicy": "Always",
+                "ports": [{"containerPort": 7000}],
+            },
             {"name": "init", "image": "i", "ports": [{"containerPort": 6000}]},
         ]
-        cluster.add(SANDBOXES, make_sandbox(service=True, containers=containers, init_containers=init))
+        cluster.add(
+            SANDBOXES, make_sandbox(service=True, containers=containers, init_containers=init)
+        )
         await _reconcile(cluster)
         assert (await self._svc(cluster))["spec"]["ports"] == [
             {"name": "p-7000-tcp", "protocol": "TCP", "port": 7000, "targetPort": 7000},
@@ -393,7 +499,15 @@ class TestReconcileService:
     async def test_use_owned_service(self) -> None:
         cluster = FakeCluster()
         sandbox = cluster.add(SANDBOXES, make_sandbox(service=True))
-        cluster.add(SERVICES, make_service("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox), selector=hash_label()))
+        cluster.add(
+            SERVICES,
+            make_service(
+                "sandbox-name",
+                labels=hash_label(),
+                owner=sandbox_ref(sandbox),
+                selector=hash_label(),
+            ),
+        )
         await _reconcile(cluster)
         assert cluster.writes(SERVICES) == []
         assert _ready(cluster)["message"].endswith("; Service Exists")
@@ -416,15 +530,32 @@ class TestReconcileService:
         svc = await self._svc(cluster)
         assert svc["metadata"]["labels"] == {**hash_label(), "keep": "me"}
         assert svc["spec"]["selector"] == hash_label()
-        assert svc["spec"]["ports"] == [{"name": "p-80-tcp", "protocol": "TCP", "port": 80, "targetPort": 80}]
+        assert svc["spec"]["ports"] == [
+            {"name": "p-80-tcp", "protocol": "TCP", "port": 80, "targetPort": 80}
+        ]
         assert [w.verb for w in cluster.writes(SERVICES)] == ["patch"]
 
     async def test_unmanaged_port_fields_preserved(self) -> None:
         cluster = FakeCluster()
         containers = [{"name": "a", "image": "i", "ports": [{"containerPort": 80}]}]
         sandbox = cluster.add(SANDBOXES, make_sandbox(service=True, containers=containers))
-        port = {"name": "p-80-tcp", "protocol": "TCP", "port": 80, "targetPort": 80, "appProtocol": "http"}
-        cluster.add(SERVICES, make_service("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox), selector=hash_label(), ports=[port]))
+        port = {
+            "name": "p-80-tcp",
+            "protocol": "TCP",
+            "port": 80,
+            "targetPort": 80,
+            "appProtocol": "http",
+        }
+        cluster.add(
+            SERVICES,
+            make_service(
+                "sandbox-name",
+                labels=hash_label(),
+                owner=sandbox_ref(sandbox),
+                selector=hash_label(),
+                ports=[port],
+            ),
+        )
         await _reconcile(cluster)
         assert cluster.writes(SERVICES) == []
 
@@ -463,14 +594,19 @@ class TestReconcileService:
     async def test_adopt_adoptable_service(self) -> None:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox(service=True))
-        cluster.add(SERVICES, make_service("sandbox-name", labels={c.LABEL_ADOPTABLE: "true"}, cluster_ip=""))
+        cluster.add(
+            SERVICES,
+            make_service("sandbox-name", labels={c.LABEL_ADOPTABLE: "true"}, cluster_ip=""),
+        )
         await _reconcile(cluster)
         assert (await self._svc(cluster))["metadata"]["labels"][c.LABEL_SANDBOX_NAME_HASH]
 
     async def test_refuse_non_headless(self) -> None:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox(service=True))
-        cluster.add(SERVICES, make_service("sandbox-name", labels=hash_label(), cluster_ip="10.0.0.5"))
+        cluster.add(
+            SERVICES, make_service("sandbox-name", labels=hash_label(), cluster_ip="10.0.0.5")
+        )
         await _reconcile(cluster)
         assert cluster.writes(SERVICES) == []
         assert _ready(cluster)["message"] == (
@@ -496,7 +632,9 @@ class TestReconcileService:
         cluster = FakeCluster()
         containers = [{"name": "a", "image": "i", "ports": [{"containerPort": 80}]}]
         sandbox = cluster.add(SANDBOXES, make_sandbox(containers=containers))
-        cluster.add(SERVICES, make_service("sandbox-name", owner=sandbox_ref(sandbox), selector={"x": "y"}))
+        cluster.add(
+            SERVICES, make_service("sandbox-name", owner=sandbox_ref(sandbox), selector={"x": "y"})
+        )
         await _reconcile(cluster)
         svc = await self._svc(cluster)
         assert svc["spec"]["selector"] == hash_label()
@@ -515,12 +653,16 @@ class TestReconcileService:
 
     async def test_false_deletes_owned_service(self) -> None:
         cluster = FakeCluster()
-        sandbox = cluster.add(SANDBOXES, make_sandbox(service=False, status={"service": "sandbox-name", "serviceFQDN": "f"}))
+        sandbox = cluster.add(
+            SANDBOXES,
+            make_sandbox(service=False, status={"service": "sandbox-name", "serviceFQDN": "f"}),
+        )
         cluster.add(SERVICES, make_service("sandbox-name", owner=sandbox_ref(sandbox)))
         await _reconcile(cluster)
         assert cluster.obj(SERVICES, "sandbox-name") is None
         status = cluster.obj(SANDBOXES, "sandbox-name")["status"]  # type: ignore[index]
-        assert "service" not in status and "serviceFQDN" not in status
+        assert "service" not in status
+        assert "serviceFQDN" not in status
 
     async def test_false_ignores_unowned_service(self) -> None:
         cluster = FakeCluster()
@@ -531,7 +673,10 @@ class TestReconcileService:
 
 
 class TestReconcilePVCs:
-    VCT = {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    VCT: ClassVar[dict[str, Any]] = {
+        "metadata": {"name": "data"},
+        "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+    }
 
     def _pvc(self, **meta: Any) -> dict[str, Any]:
         return {"metadata": {"name": "data-sandbox-name", **meta}, "spec": {}}
@@ -559,7 +704,9 @@ class TestReconcilePVCs:
         cluster.add(PVCS, self._pvc(ownerReferences=[RS_REF]))
         await _reconcile(cluster)
         assert cluster.writes(PVCS) == []
-        assert _ready(cluster)["message"].startswith('Error seen: PVC "data-sandbox-name" is owned by ReplicaSet/rs')
+        assert _ready(cluster)["message"].startswith(
+            'Error seen: PVC "data-sandbox-name" is owned by ReplicaSet/rs'
+        )
         assert cluster.obj(PODS, "sandbox-name") is not None  # other children still reconciled
 
     @pytest.mark.parametrize("labels", [{c.LABEL_ADOPTABLE: "true"}, hash_label()])
@@ -569,7 +716,8 @@ class TestReconcilePVCs:
         cluster.add(PVCS, self._pvc(labels=labels))
         await _reconcile(cluster)
         pvc = cluster.obj(PVCS, "data-sandbox-name")
-        assert pvc is not None and pvc["metadata"]["ownerReferences"] == [sandbox_ref(sandbox)]
+        assert pvc is not None
+        assert pvc["metadata"]["ownerReferences"] == [sandbox_ref(sandbox)]
         assert [w.verb for w in cluster.writes(PVCS)] == ["patch"]
 
     async def test_refuse_unauthorized(self) -> None:
@@ -585,7 +733,9 @@ class TestReconcilePVCs:
         cluster.add(SANDBOXES, make_sandbox(vcts=[self.VCT]))
         rec = cluster.reconciler()
         await rec.reconcile(request())
-        cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s["spec"].update(operatingMode="Suspended"))
+        cluster.mutate(
+            SANDBOXES, "sandbox-name", lambda s: s["spec"].update(operatingMode="Suspended")
+        )
         await rec.reconcile(request())
         await rec.reconcile(request())
         assert cluster.obj(PVCS, "data-sandbox-name") is not None

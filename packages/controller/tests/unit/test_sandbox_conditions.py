@@ -44,13 +44,21 @@ def _owned_pod(
 
 
 def _foreign_pod(phase: str = "Running") -> dict[str, Any]:
-    pod = make_pod("sandbox-name", owner=owner_ref("ReplicaSet", "rs", "rs-uid", api_version="apps/v1"))
+    pod = make_pod(
+        "sandbox-name", owner=owner_ref("ReplicaSet", "rs", "rs-uid", api_version="apps/v1")
+    )
     pod["status"] = {"phase": phase}
     return pod
 
 
 def _cond(type_: str, status: str, reason: str, message: str, gen: int = 1) -> dict[str, Any]:
-    return {"type": type_, "status": status, "observedGeneration": gen, "reason": reason, "message": message}
+    return {
+        "type": type_,
+        "status": status,
+        "observedGeneration": gen,
+        "reason": reason,
+        "message": message,
+    }
 
 
 def _apply(sandbox: dict[str, Any], **kwargs: Any) -> dict[str, dict[str, Any]]:
@@ -71,7 +79,9 @@ class TestSetStatusCondition:
         conditions: list[dict[str, Any]] = [
             {"type": "A", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "x"}
         ]
-        changed = set_status_condition(conditions, new_condition("B", "False", "R2", "m", observed_generation=3), now=NOW)
+        changed = set_status_condition(
+            conditions, new_condition("B", "False", "R2", "m", observed_generation=3), now=NOW
+        )
         assert changed
         assert [c["type"] for c in conditions] == ["A", "B"]
         assert conditions[1]["lastTransitionTime"] == NOW_TEXT
@@ -86,7 +96,9 @@ class TestSetStatusCondition:
 
     def test_ltt_moves_only_when_status_changes(self) -> None:
         conditions: list[dict[str, Any]] = []
-        set_status_condition(conditions, new_condition("A", "False", "R1", "m1", observed_generation=1), now=NOW)
+        set_status_condition(
+            conditions, new_condition("A", "False", "R1", "m1", observed_generation=1), now=NOW
+        )
         changed = set_status_condition(
             conditions, new_condition("A", "False", "R2", "m2", observed_generation=2), now=LATER
         )
@@ -99,12 +111,16 @@ class TestSetStatusCondition:
             "message": "m2",
             "lastTransitionTime": NOW_TEXT,
         }
-        set_status_condition(conditions, new_condition("A", "True", "R2", "m2", observed_generation=2), now=LATER)
+        set_status_condition(
+            conditions, new_condition("A", "True", "R2", "m2", observed_generation=2), now=LATER
+        )
         assert conditions[0]["lastTransitionTime"] == LATER_TEXT
 
     def test_identical_condition_is_no_change(self) -> None:
         conditions: list[dict[str, Any]] = []
-        set_status_condition(conditions, new_condition("A", "True", "R", "m", observed_generation=1), now=NOW)
+        set_status_condition(
+            conditions, new_condition("A", "True", "R", "m", observed_generation=1), now=NOW
+        )
         before = [dict(c) for c in conditions]
         assert not set_status_condition(
             conditions, new_condition("A", "True", "R", "m", observed_generation=1), now=LATER
@@ -114,8 +130,12 @@ class TestSetStatusCondition:
     def test_updated_in_place_keeps_order(self) -> None:
         conditions: list[dict[str, Any]] = []
         for t in ("A", "B", "C"):
-            set_status_condition(conditions, new_condition(t, "True", "R", "", observed_generation=1), now=NOW)
-        set_status_condition(conditions, new_condition("A", "False", "X", "", observed_generation=1), now=NOW)
+            set_status_condition(
+                conditions, new_condition(t, "True", "R", "", observed_generation=1), now=NOW
+            )
+        set_status_condition(
+            conditions, new_condition("A", "False", "X", "", observed_generation=1), now=NOW
+        )
         assert [c["type"] for c in conditions] == ["A", "B", "C"]
 
     def test_format_time_is_utc_seconds(self) -> None:
@@ -126,8 +146,12 @@ class TestSetStatusCondition:
 class TestComputeConditions:
     def test_1_no_pod_no_service(self) -> None:
         conds = _apply(_sandbox())
-        assert conds["Ready"] == _cond("Ready", "False", "DependenciesNotReady", "Pod does not exist")
-        assert conds["Suspended"] == _cond("Suspended", "False", "NotSuspended", "Sandbox is not suspended")
+        assert conds["Ready"] == _cond(
+            "Ready", "False", "DependenciesNotReady", "Pod does not exist"
+        )
+        assert conds["Suspended"] == _cond(
+            "Suspended", "False", "NotSuspended", "Sandbox is not suspended"
+        )
         assert "Finished" not in conds
 
     def test_2_service_but_no_pod(self) -> None:
@@ -145,7 +169,9 @@ class TestComputeConditions:
 
     def test_3_pending(self) -> None:
         conds = _apply(_sandbox(), pod=_owned_pod(phase="Pending", ips=False))
-        assert conds["Ready"] == _cond("Ready", "False", "DependenciesNotReady", "Pod exists with phase: Pending")
+        assert conds["Ready"] == _cond(
+            "Ready", "False", "DependenciesNotReady", "Pod exists with phase: Pending"
+        )
 
     def test_3b_fresh_pod_without_phase(self) -> None:
         pod = _owned_pod()
@@ -155,7 +181,9 @@ class TestComputeConditions:
 
     def test_4_running_not_ready(self) -> None:
         conds = _apply(_sandbox(), pod=_owned_pod(ready=False))
-        assert conds["Ready"] == _cond("Ready", "False", "DependenciesNotReady", "Pod is Running but not Ready")
+        assert conds["Ready"] == _cond(
+            "Ready", "False", "DependenciesNotReady", "Pod is Running but not Ready"
+        )
 
     def test_5_ready_without_ips(self) -> None:
         conds = _apply(_sandbox(), pod=_owned_pod(ready=True, ips=False))
@@ -169,14 +197,18 @@ class TestComputeConditions:
 
     def test_ready_with_service(self) -> None:
         conds = _apply(_sandbox(service=True), pod=_owned_pod(ready=True), service={"metadata": {}})
-        assert conds["Ready"] == _cond("Ready", "True", "DependenciesReady", "Pod is Ready; Service Exists")
+        assert conds["Ready"] == _cond(
+            "Ready", "True", "DependenciesReady", "Pod is Ready; Service Exists"
+        )
 
     def test_6_suspended_owned_pod_terminating(self) -> None:
         conds = _apply(_sandbox(mode="Suspended"), pod=_owned_pod(terminating=True))
         assert conds["Suspended"] == _cond(
             "Suspended", "False", "PodTerminating", "Pod is terminating. Sandbox is suspending"
         )
-        assert conds["Ready"] == _cond("Ready", "False", "SandboxSuspended", "Sandbox is suspending")
+        assert conds["Ready"] == _cond(
+            "Ready", "False", "SandboxSuspended", "Sandbox is suspending"
+        )
 
     def test_6b_suspended_foreign_pod(self) -> None:
         conds = _apply(_sandbox(mode="Suspended"), pod=_foreign_pod())
@@ -196,7 +228,9 @@ class TestComputeConditions:
             error_text="failed to delete pod: boom",
         )
         assert conds["Suspended"]["reason"] == "PodTerminating"
-        assert conds["Ready"] == _cond("Ready", "False", "ReconcilerError", "Error seen: failed to delete pod: boom")
+        assert conds["Ready"] == _cond(
+            "Ready", "False", "ReconcilerError", "Error seen: failed to delete pod: boom"
+        )
 
     def test_7_suspended_no_pod(self) -> None:
         conds = _apply(_sandbox(mode="Suspended"))
@@ -222,7 +256,9 @@ class TestComputeConditions:
 
     def test_9_pod_phase_unknown(self) -> None:
         conds = _apply(_sandbox(), pod=_owned_pod(phase="Unknown"))
-        assert conds["Ready"] == _cond("Ready", "False", "DependenciesNotReady", "Pod exists with phase: Unknown")
+        assert conds["Ready"] == _cond(
+            "Ready", "False", "DependenciesNotReady", "Pod exists with phase: Unknown"
+        )
 
     def test_10_failed(self) -> None:
         conds = _apply(_sandbox(), pod=_owned_pod(phase="Failed"))
@@ -231,8 +267,12 @@ class TestComputeConditions:
 
     def test_11_succeeded(self) -> None:
         conds = _apply(_sandbox(), pod=_owned_pod(phase="Succeeded"))
-        assert conds["Ready"] == _cond("Ready", "False", "PodSucceeded", "Pod completed successfully")
-        assert conds["Finished"] == _cond("Finished", "True", "PodSucceeded", "Pod completed successfully")
+        assert conds["Ready"] == _cond(
+            "Ready", "False", "PodSucceeded", "Pod completed successfully"
+        )
+        assert conds["Finished"] == _cond(
+            "Finished", "True", "PodSucceeded", "Pod completed successfully"
+        )
 
     def test_11b_foreign_terminal_pod_has_no_finished(self) -> None:
         sandbox = _sandbox(mode="Suspended")
@@ -245,13 +285,18 @@ class TestComputeConditions:
         assert conds["Ready"] == _cond("Ready", "False", "ReconcilerError", "Error seen: a\nb")
 
     def test_multiple_pods_wins_over_other_errors(self) -> None:
-        ready = compute_ready(_sandbox(), pod=None, service=None, error_text="x", multiple_pods_text="many")
+        ready = compute_ready(
+            _sandbox(), pod=None, service=None, error_text="x", multiple_pods_text="many"
+        )
         assert (ready["reason"], ready["message"]) == ("MultiplePods", "many")
 
     def test_observed_generation_follows_the_sandbox(self) -> None:
         conds = _apply(_sandbox(generation=7))
         assert conds["Ready"]["observedGeneration"] == 7
-        assert compute_suspended(_sandbox(generation=7), None, pod_failed=False)["observedGeneration"] == 7
+        assert (
+            compute_suspended(_sandbox(generation=7), None, pod_failed=False)["observedGeneration"]
+            == 7
+        )
 
 
 class TestConditionOrderAndTransitions:
@@ -264,7 +309,11 @@ class TestConditionOrderAndTransitions:
         sandbox = _sandbox()
         _apply(sandbox, pod=_owned_pod(ready=True))
         _apply(sandbox, pod=_owned_pod(phase="Succeeded"))
-        assert [c["type"] for c in sandbox["status"]["conditions"]] == ["Suspended", "Ready", "Finished"]
+        assert [c["type"] for c in sandbox["status"]["conditions"]] == [
+            "Suspended",
+            "Ready",
+            "Finished",
+        ]
         _apply(sandbox, pod=None)
         assert [c["type"] for c in sandbox["status"]["conditions"]] == ["Suspended", "Ready"]
 
@@ -281,7 +330,10 @@ class TestConditionOrderAndTransitions:
         sandbox["spec"]["operatingMode"] = "Suspended"
         _apply(sandbox, pod=_owned_pod(terminating=True), now=LATER)
         suspended = sandbox["status"]["conditions"][0]
-        assert (suspended["reason"], suspended["lastTransitionTime"]) == ("PodTerminating", NOW_TEXT)
+        assert (suspended["reason"], suspended["lastTransitionTime"]) == (
+            "PodTerminating",
+            NOW_TEXT,
+        )
         _apply(sandbox, pod=None, now=LATER)
         suspended = sandbox["status"]["conditions"][0]
         assert (suspended["status"], suspended["lastTransitionTime"]) == ("True", LATER_TEXT)

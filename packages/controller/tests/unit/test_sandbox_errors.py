@@ -1,4 +1,4 @@
-"""Bad input and failing API calls: conditions, events and retry policy, never a crash or hot loop."""
+"""Bad input and failing API calls give conditions, events and a retry policy, never a hot loop."""
 
 from __future__ import annotations
 
@@ -81,7 +81,9 @@ class TestBadInput:
         ]
         cluster.clear_calls()
         assert await rec.reconcile(request()) == Result(requeue_after=60.0)
-        assert [(w.verb, w.plural) for w in cluster.writes()] == [("create", "pods")]  # no status write
+        assert [(w.verb, w.plural) for w in cluster.writes()] == [
+            ("create", "pods")
+        ]  # no status write
         assert len(recorder.events) == 1  # no event storm
 
     async def test_error_clears_when_input_is_fixed(self) -> None:
@@ -129,7 +131,9 @@ class TestBadInput:
         assert result == Result(requeue_after=60.0)
         assert cluster.writes(PVCS) == []
         message = _ready(cluster, name)["message"]
-        assert message.startswith('Error seen: cannot create PVC for volumeClaimTemplate "data": name "data-ppp')
+        assert message.startswith(
+            'Error seen: cannot create PVC for volumeClaimTemplate "data": name "data-ppp'
+        )
         assert message.endswith("must be no more than 253 characters (has 255)")
 
     async def test_invalid_vct_name(self) -> None:
@@ -146,14 +150,21 @@ class TestBadInput:
         cluster = FakeCluster()
         recorder = FakeRecorder()
         cluster.add(SANDBOXES, make_sandbox())
-        cluster.add(PODS, make_pod("sandbox-name", owner=owner_ref("Job", "j", "job-uid", api_version="batch/v1")))
+        cluster.add(
+            PODS,
+            make_pod(
+                "sandbox-name", owner=owner_ref("Job", "j", "job-uid", api_version="batch/v1")
+            ),
+        )
         rec = cluster.reconciler(recorder=recorder)
         for _ in range(3):
             assert await rec.reconcile(request()) == Result(requeue_after=60.0)
         assert [e["reason"] for e in recorder.events] == ["ReconcilerError"]
         assert "is owned by Job/j (UID: job-uid)" in recorder.events[0]["note"]
 
-    async def test_unparseable_shutdown_time_is_ignored_with_a_log_line(self, caplog: pytest.LogCaptureFixture) -> None:
+    async def test_unparseable_shutdown_time_is_ignored_with_a_log_line(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox(shutdown_time="not a time"))
         with caplog.at_level(logging.WARNING):
@@ -182,7 +193,9 @@ class TestFailingApi:
     async def test_server_error_on_create_is_retried_with_backoff(self) -> None:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox())
-        cluster.fail("create", "pods", ApiError(500, "InternalError", "etcdserver: request timed out"))
+        cluster.fail(
+            "create", "pods", ApiError(500, "InternalError", "etcdserver: request timed out")
+        )
         with pytest.raises(SandboxReconcileError, match="etcdserver: request timed out"):
             await cluster.reconciler().reconcile(request())
         # The status was still written before raising.
@@ -205,7 +218,9 @@ class TestFailingApi:
         stale = rec._services.get("default", "sandbox-name")  # type: ignore[attr-defined]
         cluster.mutate(SERVICES, "sandbox-name", lambda s: s["metadata"]["labels"].update(x="y"))
         rec._services.get = lambda ns, name: stale  # type: ignore[attr-defined]
-        with pytest.raises(SandboxReconcileError, match="failed to update service with owner reference"):
+        with pytest.raises(
+            SandboxReconcileError, match="failed to update service with owner reference"
+        ):
             await rec.reconcile(request())
         assert "ownerReferences" not in cluster.obj(SERVICES, "sandbox-name")["metadata"]  # type: ignore[index]
         del rec._services.get  # type: ignore[attr-defined]
@@ -219,7 +234,10 @@ class TestFailingApi:
         cluster.fail("get", "pods", ApiError(503, "ServiceUnavailable", "unavailable"))
         with pytest.raises(SandboxReconcileError):
             await cluster.reconciler().reconcile(request())
-        assert _ready(cluster)["message"] == "Error seen: pod already exists but failed to fetch: unavailable"
+        assert (
+            _ready(cluster)["message"]
+            == "Error seen: pod already exists but failed to fetch: unavailable"
+        )
 
     async def test_pod_delete_not_found_on_suspend_means_gone(self) -> None:
         cluster = FakeCluster()
@@ -243,7 +261,9 @@ class TestFailingApi:
 
     async def test_pod_lookup_failure_while_suspended_is_unknown(self) -> None:
         cluster = FakeCluster()
-        cluster.add(SANDBOXES, make_sandbox(mode="Suspended", annotations={"agents.x-k8s.io/pod-name": "p"}))
+        cluster.add(
+            SANDBOXES, make_sandbox(mode="Suspended", annotations={"agents.x-k8s.io/pod-name": "p"})
+        )
         cluster.fail("patch", "sandboxes", ApiError(500, "InternalError", "boom"))
         with pytest.raises(SandboxReconcileError):
             await cluster.reconciler().reconcile(request())
@@ -265,7 +285,9 @@ class TestFailingApi:
 
     async def test_delete_policy_failure_is_reported(self) -> None:
         cluster = FakeCluster()
-        cluster.add(SANDBOXES, make_sandbox(shutdown_time="2020-01-01T00:00:00Z", shutdown_policy="Delete"))
+        cluster.add(
+            SANDBOXES, make_sandbox(shutdown_time="2020-01-01T00:00:00Z", shutdown_policy="Delete")
+        )
         rec = cluster.reconciler()
         await rec.reconcile(request())
         cluster.fail("delete", "sandboxes", ApiError(403, "Forbidden", "no"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from sandbox_fakes import (
-    NOW,
     NS,
     Clock,
     FakeCluster,
@@ -121,7 +120,10 @@ class TestReconcile:
         cluster = FakeCluster()
         vct = {
             "metadata": {"name": "my-pvc", "labels": {"pvc-l": "v"}, "annotations": {"pvc-a": "w"}},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
         }
         sandbox = cluster.add(
             SANDBOXES,
@@ -163,7 +165,9 @@ class TestReconcile:
         status = _status(cluster)
         assert status["podIPs"] == ["10.1.2.3", "fd00::3"]
         assert status["nodeName"] == "kwok-node-0"
-        assert conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))["Ready"]["status"] == "True"  # type: ignore[arg-type]
+        assert (
+            conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))["Ready"]["status"] == "True"
+        )  # type: ignore[arg-type]
 
     async def test_ready_pod_is_ready_without_service(self) -> None:
         cluster = FakeCluster()
@@ -195,7 +199,9 @@ class TestReconcile:
         cluster.set_pod_status("my-sandbox")
         await rec.reconcile(request("my-sandbox"))
         status = _status(cluster, "my-sandbox")
-        assert {k: v for k, v in status.items() if k not in ("conditions", "podIPs", "nodeName")} == {
+        assert {
+            k: v for k, v in status.items() if k not in ("conditions", "podIPs", "nodeName")
+        } == {
             "service": "my-sandbox",
             "serviceFQDN": f"my-sandbox.{NS}.svc.cluster.local",
             "selector": f"{c.LABEL_SANDBOX_NAME_HASH}=374de8f5",
@@ -219,7 +225,10 @@ class TestReconcile:
 
     async def test_second_reconcile_of_same_state_writes_nothing(self) -> None:
         cluster = FakeCluster()
-        vct = {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+        vct = {
+            "metadata": {"name": "data"},
+            "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+        }
         cluster.add(
             SANDBOXES,
             make_sandbox(
@@ -257,7 +266,10 @@ class TestReconcile:
         await cluster.reconciler().reconcile(request())
         assert cluster.obj(PODS, "sandbox-name") is None
         conds = conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))  # type: ignore[arg-type]
-        assert (conds["Suspended"]["status"], conds["Suspended"]["reason"]) == ("True", "PodTerminated")
+        assert (conds["Suspended"]["status"], conds["Suspended"]["reason"]) == (
+            "True",
+            "PodTerminated",
+        )
         assert conds["Ready"]["message"] == "Sandbox is suspended"
 
     async def test_suspend_resume_cycle(self) -> None:
@@ -268,9 +280,13 @@ class TestReconcile:
         await rec.reconcile(request())
         cluster.set_pod_status("sandbox-name")
         await rec.reconcile(request())
-        first_ltt = conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))["Suspended"]["lastTransitionTime"]  # type: ignore[arg-type]
+        first_ltt = conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))["Suspended"][
+            "lastTransitionTime"
+        ]  # type: ignore[arg-type]
 
-        cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s["spec"].update(operatingMode="Suspended"))
+        cluster.mutate(
+            SANDBOXES, "sandbox-name", lambda s: s["spec"].update(operatingMode="Suspended")
+        )
         clock.advance(10)
         await rec.reconcile(request())  # deletes the pod (no finalizer: gone at once)
         assert cluster.obj(PODS, "sandbox-name") is None
@@ -278,21 +294,34 @@ class TestReconcile:
         sandbox = cluster.obj(SANDBOXES, "sandbox-name")
         assert sandbox is not None
         conds = conditions_by_type(sandbox)
-        assert (conds["Suspended"]["status"], conds["Suspended"]["reason"]) == ("True", "PodTerminated")
+        assert (conds["Suspended"]["status"], conds["Suspended"]["reason"]) == (
+            "True",
+            "PodTerminated",
+        )
         assert conds["Suspended"]["lastTransitionTime"] > first_ltt
         assert c.ANNOTATION_POD_NAME not in (sandbox["metadata"].get("annotations") or {})
         status = sandbox["status"]
-        assert "podIPs" not in status and "nodeName" not in status
-        assert status["selector"] == SELECTOR and status["service"] == "sandbox-name"
+        assert "podIPs" not in status
+        assert "nodeName" not in status
+        assert status["selector"] == SELECTOR
+        assert status["service"] == "sandbox-name"
         assert cluster.obj(SERVICES, "sandbox-name") is not None
 
-        cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s["spec"].update(operatingMode="Running"))
+        cluster.mutate(
+            SANDBOXES, "sandbox-name", lambda s: s["spec"].update(operatingMode="Running")
+        )
         clock.advance(10)
         await rec.reconcile(request())
         assert cluster.obj(PODS, "sandbox-name") is not None
         conds = conditions_by_type(cluster.obj(SANDBOXES, "sandbox-name"))  # type: ignore[arg-type]
-        assert (conds["Suspended"]["status"], conds["Suspended"]["reason"]) == ("False", "NotSuspended")
-        assert conds["Suspended"]["lastTransitionTime"] > sandbox["status"]["conditions"][0]["lastTransitionTime"]
+        assert (conds["Suspended"]["status"], conds["Suspended"]["reason"]) == (
+            "False",
+            "NotSuspended",
+        )
+        assert (
+            conds["Suspended"]["lastTransitionTime"]
+            > sandbox["status"]["conditions"][0]["lastTransitionTime"]
+        )
 
     async def test_pod_deletion_keeps_suspended_ltt(self) -> None:
         cluster = FakeCluster()
@@ -357,7 +386,9 @@ class TestStatusWrites:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox())
         cluster.fail("patch", "sandboxes/status", ApiError(500, "InternalError", "etcd timeout"))
-        with pytest.raises(SandboxReconcileError, match="failed to patch sandbox status: etcd timeout"):
+        with pytest.raises(
+            SandboxReconcileError, match="failed to patch sandbox status: etcd timeout"
+        ):
             await cluster.reconciler().reconcile(request())
 
 
@@ -366,9 +397,13 @@ class TestExpiry:
 
     def _expired_cluster(self, **kwargs: object) -> tuple[FakeCluster, dict]:
         cluster = FakeCluster()
-        sandbox = cluster.add(SANDBOXES, make_sandbox(service=True, shutdown_time=self.PAST, **kwargs))  # type: ignore[arg-type]
+        sandbox = cluster.add(
+            SANDBOXES, make_sandbox(service=True, shutdown_time=self.PAST, **kwargs)
+        )  # type: ignore[arg-type]
         cluster.add(PODS, make_pod("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox)))
-        cluster.add(SERVICES, make_service("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox)))
+        cluster.add(
+            SERVICES, make_service("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox))
+        )
         return cluster, sandbox
 
     async def test_retain_two_passes_then_status_reset(self) -> None:
@@ -377,7 +412,13 @@ class TestExpiry:
             SANDBOXES,
             "sandbox-name",
             lambda s: s.update(
-                status={"service": "sandbox-name", "serviceFQDN": "x", "selector": SELECTOR, "podIPs": ["1.2.3.4"], "nodeName": "n"}
+                status={
+                    "service": "sandbox-name",
+                    "serviceFQDN": "x",
+                    "selector": SELECTOR,
+                    "podIPs": ["1.2.3.4"],
+                    "nodeName": "n",
+                }
             ),
         )
         rec = cluster.reconciler()
@@ -412,7 +453,9 @@ class TestExpiry:
         cluster = FakeCluster()
         sandbox = cluster.add(
             SANDBOXES,
-            make_sandbox(shutdown_time=self.PAST, annotations={c.ANNOTATION_POD_NAME: "pool-abcde"}),
+            make_sandbox(
+                shutdown_time=self.PAST, annotations={c.ANNOTATION_POD_NAME: "pool-abcde"}
+            ),
         )
         cluster.add(PODS, make_pod("pool-abcde", labels=hash_label(), owner=sandbox_ref(sandbox)))
         rec = cluster.reconciler()
@@ -426,13 +469,18 @@ class TestExpiry:
         await rec.reconcile(request())
         assert await rec.reconcile(request()) == Result()
         assert cluster.obj(SANDBOXES, "sandbox-name") is None
-        delete = [w for w in cluster.writes(SANDBOXES) if w.verb == "delete"][0]
+        delete = next(w for w in cluster.writes(SANDBOXES) if w.verb == "delete")
         assert delete.preconditions == {"uid": sandbox["metadata"]["uid"]}
 
     async def test_skips_foreign_and_unowned_pods(self) -> None:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox(shutdown_time=self.PAST))
-        cluster.add(PODS, make_pod("sandbox-name", owner=owner_ref("ReplicaSet", "rs", "u", api_version="apps/v1")))
+        cluster.add(
+            PODS,
+            make_pod(
+                "sandbox-name", owner=owner_ref("ReplicaSet", "rs", "u", api_version="apps/v1")
+            ),
+        )
         cluster.add(SERVICES, make_service("sandbox-name"))
         rec = cluster.reconciler()
         await rec.reconcile(request())
@@ -449,10 +497,18 @@ class TestExpiry:
         assert await rec.reconcile(request()) == Result()
         assert cluster.obj(PODS, "sandbox-name") is None
         assert strip_ltt(_status(cluster)["conditions"]) == [
-            {"type": "Ready", "status": "False", "observedGeneration": 1, "reason": "SandboxExpired", "message": "Sandbox has expired"}
+            {
+                "type": "Ready",
+                "status": "False",
+                "observedGeneration": 1,
+                "reason": "SandboxExpired",
+                "message": "Sandbox has expired",
+            }
         ]
 
-    @pytest.mark.parametrize(("phase", "reason"), [("Succeeded", "PodSucceeded"), ("Failed", "PodFailed")])
+    @pytest.mark.parametrize(
+        ("phase", "reason"), [("Succeeded", "PodSucceeded"), ("Failed", "PodFailed")]
+    )
     async def test_two_pass_preserves_finished(self, phase: str, reason: str) -> None:
         cluster = FakeCluster()
         clock = Clock()
@@ -471,7 +527,11 @@ class TestExpiry:
         conds = conditions_by_type(sandbox)
         assert conds["Finished"] == finished
         assert conds["Ready"]["reason"] == "SandboxExpired"
-        assert [cond["type"] for cond in sandbox["status"]["conditions"]] == ["Suspended", "Ready", "Finished"]
+        assert [cond["type"] for cond in sandbox["status"]["conditions"]] == [
+            "Suspended",
+            "Ready",
+            "Finished",
+        ]
         assert cluster.obj(PODS, "sandbox-name") is None
 
     async def test_future_shutdown_requeues_at_expiry(self) -> None:
@@ -484,9 +544,14 @@ class TestExpiry:
         rec = cluster.reconciler()
         await rec.reconcile(request())
         await rec.reconcile(request())
-        cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s["spec"].update(shutdownTime="2026-01-03T00:00:00Z"))
+        cluster.mutate(
+            SANDBOXES,
+            "sandbox-name",
+            lambda s: s["spec"].update(shutdownTime="2026-01-03T00:00:00Z"),
+        )
         result = await rec.reconcile(request())
-        assert result.requeue_after is not None and result.requeue_after > 3600
+        assert result.requeue_after is not None
+        assert result.requeue_after > 3600
         assert cluster.obj(PODS, "sandbox-name") is not None
         assert cluster.obj(SERVICES, "sandbox-name") is not None
 
@@ -494,7 +559,9 @@ class TestExpiry:
 class TestStrictPodMapping:
     async def test_owned_pod_found_by_uid_when_annotation_is_stale(self) -> None:
         cluster = FakeCluster()
-        sandbox = cluster.add(SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "gone-pod"}))
+        sandbox = cluster.add(
+            SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "gone-pod"})
+        )
         cluster.add(PODS, make_pod("pool-xyz", labels=hash_label(), owner=sandbox_ref(sandbox)))
         await cluster.reconciler().reconcile(request())
         assert cluster.obj(PODS, "sandbox-name") is None  # no second pod created
