@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ def _strip(node: Any) -> Any:
 
 
 def build_snapshot(
-    documents: list[Mapping[str, Any]], *, kubernetes_version: str
+    documents: Sequence[Mapping[str, Any]], *, kubernetes_version: str
 ) -> dict[str, Any]:
     """Collect the closure of :data:`ROOT_DEFINITIONS` from OpenAPI v3 documents.
 
