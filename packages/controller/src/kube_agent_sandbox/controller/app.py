@@ -258,16 +258,9 @@ async def prepare_webhook(options: ControllerOptions, client: ApiClient) -> Any 
 
 
 async def _patch_crds(client: ApiClient, ca_pem: bytes, options: ControllerOptions) -> None:
-    from kube_agent_sandbox.controller.webhook import certs
+    from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks
 
-    patch = getattr(certs, "patch_crd_ca_bundles", None)
-    if patch is None:
-        crds_module = _optional_module("kube_agent_sandbox.controller.webhook.crds")
-        patch = getattr(crds_module, "patch_crd_ca_bundles", None) if crds_module else None
-    if patch is None:
-        logger.warning("CRD caBundle patching is not available in this build; skipped")
-        return
-    await patch(
+    await patch_conversion_webhooks(
         client,
         ca_pem,
         service_name=options.webhook_service_name,
@@ -392,12 +385,3 @@ async def run(options: ControllerOptions) -> None:
                 raise StartupError("problem running manager") from err
     finally:
         stop_tracing()
-
-
-def _optional_module(name: str) -> Any | None:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name != name:
-            raise
-        return None

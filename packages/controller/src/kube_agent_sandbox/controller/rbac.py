@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.webhook.crds import CONVERSION_CRD_NAMES
 
 __all__ = [
     "CONVERSION_CRDS",
@@ -197,18 +198,14 @@ EVENT_RULES: Final = (
 RUNTIME_RULES: Final = (*LEADER_ELECTION_RULES, *EVENT_RULES)
 """Everything the controller runtime itself needs, whatever reconcilers run."""
 
-CONVERSION_CRDS: Final = (
-    f"sandboxes.{c.GROUP}",
-    f"sandboxclaims.{c.EXTENSIONS_GROUP}",
-    f"sandboxtemplates.{c.EXTENSIONS_GROUP}",
-    f"sandboxwarmpools.{c.EXTENSIONS_GROUP}",
-)
+CONVERSION_CRDS: Final = CONVERSION_CRD_NAMES
 """CRDs whose conversion webhook ``caBundle`` the controller patches at startup."""
 
 WEBHOOK_CLUSTER_RULES: Final = (
     rule(
         "apiextensions.k8s.io",
         "customresourcedefinitions",
+        # webhook/crds.py: GET each CRD, merge-PATCH its conversion clientConfig.
         ("get", "patch"),
         resource_names=CONVERSION_CRDS,
     ),

@@ -1,0 +1,299 @@
+"""RBAC rules as data: normalization, determinism, generated files and their content."""
+
+from __future__ import annotations
+
+import random
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube_agent_sandbox.controller import rbac, rbacgen
+from kube_agent_sandbox.controller.plugins import PluginError, load_plugins
+from kube_agent_sandbox.controller.rbac import PolicyRule, coerce_rule, normalize_rules, rule
+
+REPO = Path(__file__).resolve().parents[4]
+
+
+def _as_set(rules: list[PolicyRule]) -> set[tuple[str, str, tuple[str, ...], str]]:
+    """Flatten rules into (group, resource, names, verb) atoms."""
+    return {
+        (g, r, tuple(sorted(x.resource_names)), v)
+        for x in rules
+        for g in x.api_groups
+        for r in x.resources
+        for v in x.verbs
+    }
+
+
+def test_merges_resources_and_groups() -> None:
+    rules = normalize_rules(
+        [
+            rule("", "pods", ("get", "list")),
+            rule("", "services", ("list", "get")),
+            rule("", "events", "create"),
+            rule("events.k8s.io", "events", "create"),
+        ]
+    )
+    assert [r.to_dict() for r in rules] == [
+        {"apiGroups": [""], "resources": ["pods", "services"], "verbs": ["get", "list"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    ]
+
+
+def test_unions_verbs_of_the_same_resource() -> None:
+    rules = normalize_rules([rule("a", "x", "get"), rule("a", "x", ("watch", "get", "create"))])
+    assert rules == [PolicyRule(("a",), ("x",), ("create", "get", "watch"))]
+
+
+def test_named_rules_stay_separate_from_unnamed() -> None:
+    rules = normalize_rules(
+        [
+            rule("", "secrets", "create"),
+            rule("", "secrets", "get", resource_names=("b", "a")),
+        ]
+    )
+    assert [r.to_dict() for r in rules] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["a", "b"],
+            "verbs": ["get"],
+        },
+    ]
+
+
+def test_unknown_verbs_sort_after_known_ones() -> None:
+    (merged,) = normalize_rules([rule("", "pods", ("escalate", "watch", "bind", "get"))])
+    assert merged.verbs == ("get", "watch", "bind", "escalate")
+
+
+def test_normalization_is_order_independent_and_lossless() -> None:
+    declared = [
+        *rbac.RUNTIME_RULES,
+        *rbac.WEBHOOK_CLUSTER_RULES,
+        rule("", ("pods", "services"), ("get", "list", "watch")),
+        rule("", "pods", ("create", "delete")),
+        rule("agents.x-k8s.io", ("sandboxes", "sandboxes/status"), ("get", "patch")),
+    ]
+    expected = normalize_rules(declared)
+    rng = random.Random(4)
+    for _ in range(20):
+        shuffled = declared[:]
+        rng.shuffle(shuffled)
+        assert normalize_rules(shuffled) == expected
+    assert _as_set(expected) == _as_set([coerce_rule(d) for d in declared])
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": "", "resources": "pods", "verbs": "get"},
+        type("RuleLike", (), {"api_groups": [""], "resources": ["pods"], "verbs": ["get"]})(),
+        PolicyRule(("",), ("pods",), ("get",)),
+    ],
+)
+def test_coerce_accepts_every_declared_shape(declared: Any) -> None:
+    assert coerce_rule(declared) == PolicyRule(("",), ("pods",), ("get",))
+
+
+def test_coerce_keeps_resource_names_from_dicts() -> None:
+    declared = {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "verbs": ["get"],
+        "resourceNames": ["s"],
+    }
+    assert coerce_rule(declared).resource_names == ("s",)
+
+
+@pytest.mark.parametrize("declared", [42, "pods", None, object()])
+def test_coerce_rejects_non_rules(declared: object) -> None:
+    with pytest.raises(TypeError, match="not an RBAC rule"):
+        coerce_rule(declared)
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": []},
+        {"apiGroups": [], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": [], "verbs": ["get"]},
+    ],
+)
+def test_incomplete_rules_are_refused(declared: dict[str, list[str]]) -> None:
+    with pytest.raises(ValueError, match="incomplete rule"):
+        coerce_rule(declared)
+
+
+@pytest.mark.parametrize("verb", ["create", "list", "watch", "deletecollection"])
+def test_resource_names_cannot_restrict_unnamed_verbs(verb: str) -> None:
+    with pytest.raises(ValueError, match="cannot be restricted by resourceNames"):
+        rule("", "secrets", verb, resource_names=("x",))
+
+
+def _render(core: list[PolicyRule], ext: list[PolicyRule]) -> dict[str, str]:
+    files = rbacgen.render(
+        core=core, webhook=normalize_rules(rbac.WEBHOOK_NAMESPACED_RULES), extensions=ext
+    )
+    return {f.path: f.content or "" for f in files}
+
+
+def test_render_shapes() -> None:
+    files = _render(normalize_rules(rbac.RUNTIME_RULES), [])
+    core = yaml.safe_load(files[rbacgen.CORE_FILE])
+    assert core["kind"] == "ClusterRole"
+    assert core["metadata"] == {"name": "agent-sandbox-controller"}
+    role = yaml.safe_load(files[rbacgen.WEBHOOK_FILE])
+    assert role["kind"] == "Role"
+    assert role["metadata"] == {
+        "name": "agent-sandbox-controller",
+        "namespace": "agent-sandbox-system",
+    }
+    ext = yaml.safe_load(files[rbacgen.EXTENSIONS_FILE])
+    assert ext["metadata"] == {"name": "agent-sandbox-controller-extensions"}
+    assert ext["rules"] == []
+    for content in files.values():
+        assert content.startswith(rbacgen.HEADER)
+
+
+def test_write_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert rbacgen.main(["--output-dir", str(tmp_path)]) == 0
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.yaml"))
+    assert written == sorted([rbacgen.CORE_FILE, rbacgen.WEBHOOK_FILE, rbacgen.EXTENSIONS_FILE])
+    first = {p: (tmp_path / p).read_bytes() for p in written}
+    assert rbacgen.main(["--output-dir", str(tmp_path)]) == 0
+    assert {p: (tmp_path / p).read_bytes() for p in written} == first  # deterministic
+    assert rbacgen.main(["--check", "--output-dir", str(tmp_path)]) == 0
+
+
+def test_check_fails_on_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert rbacgen.main(["--output-dir", str(tmp_path)]) == 0
+    core = tmp_path / rbacgen.CORE_FILE
+    core.write_text(core.read_text().replace("- watch\n", "", 1))
+    capsys.readouterr()
+    assert rbacgen.main(["--check", "--output-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "+  - watch" in err
+    assert "RBAC manifests are stale" in err
+
+
+def test_check_fails_on_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert rbacgen.main(["--output-dir", str(tmp_path)]) == 0
+    (tmp_path / rbacgen.WEBHOOK_FILE).unlink()
+    assert rbacgen.main(["--check", "--output-dir", str(tmp_path)]) == 1
+    assert "missing" in capsys.readouterr().err
+
+
+def test_committed_manifests_are_current() -> None:
+    assert rbacgen.main(["--check", "--output-dir", str(REPO / "manifests" / "rbac")]) == 0
+
+
+def test_find_rbac_dir(tmp_path: Path) -> None:
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    assert rbacgen.find_rbac_dir(nested) == tmp_path / "manifests" / "rbac"
+    with pytest.raises(FileNotFoundError):
+        rbacgen.find_rbac_dir(Path("/"))
+
+
+# --- what the generated core ClusterRole grants, against spec 6.1 -------------------------------
+
+
+def _core_atoms() -> set[tuple[str, str, tuple[str, ...], str]]:
+    return _as_set(rbacgen.core_rules())
+
+
+def test_core_role_grants_what_the_controller_uses() -> None:
+    atoms = _core_atoms()
+    for resource in ("pods", "services", "persistentvolumeclaims"):
+        for verb in ("get", "list", "watch", "create", "patch", "update", "delete"):
+            assert ("", resource, (), verb) in atoms
+    for verb in ("get", "list", "watch", "patch", "update", "delete"):
+        assert ("agents.x-k8s.io", "sandboxes", (), verb) in atoms
+    assert ("agents.x-k8s.io", "sandboxes/status", (), "patch") in atoms
+    assert ("events.k8s.io", "events", (), "create") in atoms
+    assert ("coordination.k8s.io", "leases", (), "create") in atoms
+    lease = ("a3317529.agent-sandbox.x-k8s.io",)
+    assert {v for g, r, n, v in atoms if r == "leases" and n == lease} == {"get", "update"}
+    crds = {n for g, r, n, v in atoms if r == "customresourcedefinitions"}
+    assert crds == {
+        (
+            "sandboxclaims.extensions.agents.x-k8s.io",
+            "sandboxes.agents.x-k8s.io",
+            "sandboxtemplates.extensions.agents.x-k8s.io",
+            "sandboxwarmpools.extensions.agents.x-k8s.io",
+        )
+    }
+
+
+def test_core_role_is_narrower_than_upstream_where_documented() -> None:
+    """Deliberate differences from spec 6.1 (docs/reference/rbac.md)."""
+    atoms = _core_atoms()
+    # Leases: no list/watch/patch, and get/update only on our Lease.
+    assert not {a for a in atoms if a[1] == "leases" and a[3] in ("list", "watch", "patch")}
+    assert ("coordination.k8s.io", "leases", (), "get") not in atoms
+    # CRDs: no update (merge patch only), never unnamed.
+    assert not {a for a in atoms if a[1] == "customresourcedefinitions" and a[3] == "update"}
+    assert not {a for a in atoms if a[1] == "customresourcedefinitions" and not a[2]}
+    # Nothing cluster-wide on secrets.
+    assert not {a for a in atoms if a[1] == "secrets"}
+
+
+def test_webhook_secret_role_is_name_scoped() -> None:
+    atoms = _as_set(normalize_rules(rbac.WEBHOOK_NAMESPACED_RULES))
+    assert atoms == {
+        ("", "secrets", (), "create"),
+        ("", "secrets", ("agent-sandbox-webhook-certs",), "get"),
+    }
+
+
+# --- extension plugins ---------------------------------------------------------------------------
+
+
+def _plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, body: str) -> None:
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_plugins_load_sorted_with_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _plugin_module(
+        tmp_path,
+        monkeypatch,
+        "fake_plugin_one",
+        "rbac_rules = [{'apiGroups': ['x'], 'resources': ['ys'], 'verbs': ['get']}]\n"
+        "def setup(manager, options):\n    return None\n",
+    )
+    _plugin_module(tmp_path, monkeypatch, "fake_plugin_two", "def setup(m, o):\n    pass\n")
+    group = "kube_agent_sandbox.extensions"
+    plugins = load_plugins(
+        [
+            metadata.EntryPoint("zeta", "fake_plugin_two", group),
+            metadata.EntryPoint("alpha", "fake_plugin_one", group),
+        ]
+    )
+    assert [p.name for p in plugins] == ["alpha", "zeta"]
+    assert normalize_rules(plugins[0].rbac_rules) == [PolicyRule(("x",), ("ys",), ("get",))]
+    assert plugins[1].rbac_rules == ()
+    assert callable(plugins[1].setup)
+
+
+def test_plugin_without_setup_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _plugin_module(tmp_path, monkeypatch, "fake_plugin_nosetup", "x = 1\n")
+    (plugin,) = load_plugins(
+        [metadata.EntryPoint("bad", "fake_plugin_nosetup", "kube_agent_sandbox.extensions")]
+    )
+    with pytest.raises(PluginError, match="no callable setup"):
+        _ = plugin.setup
+
+
+def test_plugin_import_failure_is_reported() -> None:
+    entry = metadata.EntryPoint("gone", "no_such_module_xyz:thing", "kube_agent_sandbox.extensions")
+    with pytest.raises(PluginError, match="cannot load plugin gone"):
+        load_plugins([entry])
