@@ -8,13 +8,23 @@ read from a cache but do not trigger reconciles. Pods are cached without their s
 
 from __future__ import annotations
 
-from typing import Final
+import logging
+from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
+from kube_agent_sandbox.controller.runtime.controller import Controller
 from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.sandbox.metrics import SandboxCollector
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
+from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
+
+if TYPE_CHECKING:
+    from kube_agent_sandbox.controller.config import ControllerOptions
+    from kube_agent_sandbox.controller.runtime.manager import Manager
+
+log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "sandbox"
 EVENT_REPORTER: Final = "sandbox-controller"
@@ -66,3 +76,48 @@ def pod_cache_transform(obj: Obj) -> Obj:
         node = spec.get("nodeName")
         obj["spec"] = {"nodeName": node} if node else {}
     return obj
+
+
+def setup(manager: Manager, options: ControllerOptions) -> SandboxReconciler:
+    """Register the Sandbox controller, its caches and the ``agent_sandboxes`` collector.
+
+    Args:
+        manager: The process manager (informers, controllers, metrics registry, events).
+        options: Parsed flags; uses ``cluster_domain``, ``sandbox_concurrent_workers`` and
+            ``cache_label_selectors``.
+
+    Returns:
+        The reconciler (tests drive it directly).
+    """
+    selector = c.LABEL_SANDBOX_NAME_HASH if options.cache_label_selectors else None
+    pods = manager.informer(PODS, label_selector=selector, transform=pod_cache_transform)
+    for name, func in POD_INDEXES.items():
+        pods.add_index(name, func)
+    services = manager.informer(SERVICES, label_selector=selector)
+    sandboxes = manager.informer(SANDBOXES)
+    pvcs = manager.informer(PVCS)
+    reconciler = SandboxReconciler(
+        manager.client,
+        sandboxes=sandboxes,
+        pods=pods,
+        services=services,
+        pvcs=pvcs,
+        recorder=manager.event_recorder(EVENT_REPORTER),
+        cluster_domain=options.cluster_domain,
+    )
+    manager.add_controller(
+        Controller(
+            CONTROLLER_NAME,
+            for_resource=SANDBOXES,
+            reconciler=reconciler,
+            workers=options.sandbox_concurrent_workers,
+            owns=[(PODS, has_tracking_label), (SERVICES, has_tracking_label)],
+            metrics=manager.metrics,
+        )
+    )
+    manager.registry.register(SandboxCollector(sandboxes))
+    log.info(
+        "sandbox controller registered",
+        extra={"workers": options.sandbox_concurrent_workers, "cacheLabelSelector": selector},
+    )
+    return reconciler
