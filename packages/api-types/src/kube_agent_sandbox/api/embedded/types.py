@@ -20,6 +20,8 @@ required-ness, int-or-string and quantity syntax. Code that wants typed access c
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -38,6 +40,12 @@ from kube_agent_sandbox.api.embedded.schema import structural_schema
 from kube_agent_sandbox.api.embedded.validation import validate_against_schema
 
 _MAX_REPORTED = 10
+
+
+@functools.cache
+def _validation_schema(definition: str) -> Mapping[str, Any]:
+    """One shared, never mutated copy of a definition's schema for validation."""
+    return structural_schema(definition)
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class EmbeddedKubeType:
         return self.definition.rsplit(".", 1)[-1]
 
     def _validate(self, value: dict[str, Any]) -> dict[str, Any]:
-        violations = validate_against_schema(value, structural_schema(self.definition))
+        violations = validate_against_schema(value, _validation_schema(self.definition))
         if violations:
             shown = "; ".join(str(v) for v in violations[:_MAX_REPORTED])
             more = len(violations) - _MAX_REPORTED
