@@ -27,6 +27,7 @@ from kube_agent_sandbox.controller.config import (
     read_allowed_label_domains,
 )
 from kube_agent_sandbox.controller.plugins import PluginError, load_plugins, run_setup
+from kube_agent_sandbox.controller.profiling import profiling_handlers
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import ClusterConfig, load_config
 from kube_agent_sandbox.controller.runtime.config import ConfigError as ClusterConfigError
@@ -297,6 +298,9 @@ def build_manager(
     except ValueError as err:
         raise StartupError("unable to start manager", fields={"error": str(err)}) from err
     register_build_info(manager.registry)
+    if options.pprof_enabled:
+        logger.info("pprof enabled", extra={"debug": options.enable_pprof_debug})
+        manager.metrics_extra_handlers.update(profiling_handlers(debug=options.enable_pprof_debug))
     return manager
 
 

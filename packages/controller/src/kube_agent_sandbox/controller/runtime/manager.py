@@ -16,10 +16,11 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from kube_agent_sandbox.controller.runtime.controller import Controller
@@ -47,6 +48,8 @@ from kube_agent_sandbox.controller.runtime.types import (
 )
 
 logger = logging.getLogger(__name__)
+
+MetricsHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ManagerClient(Client, ListWatcher, Protocol):
@@ -109,6 +112,9 @@ class Manager:
         self._runnables = _Runnables()
         self.events = EventSink(client)
         self.healthz_checks: dict[str, Check] = {"ping": lambda: True}
+        self.metrics_extra_handlers: dict[str, MetricsHandler] = {}
+        """Extra GET routes served by the metrics server (controller-runtime's
+        ``metricsserver.Options.ExtraHandlers``), e.g. profiling; set before :meth:`run`."""
         self.readyz_checks: dict[str, Check] = {"informers-synced": self._informers_synced}
         self._stop = asyncio.Event()
         self._started_informers: list[Informer] = []
@@ -264,7 +270,10 @@ class Manager:
     async def _start_servers(self) -> None:
         if self._metrics_bind is not None:
             host, port = self._metrics_bind
-            self.metrics_server = HttpServer(host, port, metrics_app(self.registry))
+            app = metrics_app(self.registry)
+            for path, handler in self.metrics_extra_handlers.items():
+                app.router.add_get(path, handler)
+            self.metrics_server = HttpServer(host, port, app)
             await self.metrics_server.start()
         if self._health_bind is not None:
             host, port = self._health_bind
