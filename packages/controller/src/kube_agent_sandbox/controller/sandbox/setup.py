@@ -78,24 +78,29 @@ def pod_cache_transform(obj: Obj) -> Obj:
     return obj
 
 
-def setup(manager: Manager, options: ControllerOptions) -> SandboxReconciler:
+def setup(
+    manager: Manager, options: ControllerOptions, *, namespace: str | None = None
+) -> SandboxReconciler:
     """Register the Sandbox controller, its caches and the ``agent_sandboxes`` collector.
 
     Args:
         manager: The process manager (informers, controllers, metrics registry, events).
         options: Parsed flags; uses ``cluster_domain``, ``sandbox_concurrent_workers`` and
             ``cache_label_selectors``.
+        namespace: Watch only this namespace (tests sharing a cluster); all when None.
 
     Returns:
         The reconciler (tests drive it directly).
     """
     selector = c.LABEL_SANDBOX_NAME_HASH if options.cache_label_selectors else None
-    pods = manager.informer(PODS, label_selector=selector, transform=pod_cache_transform)
+    pods = manager.informer(
+        PODS, label_selector=selector, transform=pod_cache_transform, namespace=namespace
+    )
     for name, func in POD_INDEXES.items():
         pods.add_index(name, func)
-    services = manager.informer(SERVICES, label_selector=selector)
-    sandboxes = manager.informer(SANDBOXES)
-    pvcs = manager.informer(PVCS)
+    services = manager.informer(SERVICES, label_selector=selector, namespace=namespace)
+    sandboxes = manager.informer(SANDBOXES, namespace=namespace)
+    pvcs = manager.informer(PVCS, namespace=namespace)
     reconciler = SandboxReconciler(
         manager.client,
         sandboxes=sandboxes,

@@ -1,0 +1,441 @@
+"""The Sandbox controller against a real kube-apiserver with kwok nodes (spec section 8.1).
+
+The controller runs in-process (Manager + ``sandbox.setup``) as a ServiceAccount bound to the
+generated ``agent-sandbox-controller`` ClusterRole, so its RBAC is exercised too. Its caches are
+scoped to the test's namespace because the session cluster is shared. kwok marks scheduled
+pods Running/Ready with an IP; no container runs, so only the kwok-runnable scenarios of the
+upstream e2e suite are here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.controller.config import ControllerOptions
+from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
+from kube_agent_sandbox.controller.runtime.manager import Manager
+from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
+from kube_agent_sandbox.controller.sandbox.setup import setup
+
+pytestmark = pytest.mark.integration
+
+EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
+T = TypeVar("T")
+POLL = 0.1
+WAIT = 90.0  # seconds: a generous bound for a loaded 2-core machine, never asserted on
+
+
+async def _run_controller(kubeconfig: Path, *, namespace: str) -> None:
+    async with ApiClient(load_kubeconfig(str(kubeconfig))) as client:
+        manager = Manager(client, metrics_bind_address="0", health_bind_address="0")
+        setup(manager, ControllerOptions(), namespace=namespace)
+        await manager.run()
+
+
+@dataclass
+class Env:
+    """What a test gets: an admin client, its namespace and helpers."""
+
+    client: ApiClient
+    namespace: str
+
+    async def create_sandbox(self, name: str, spec: Obj) -> Obj:
+        body = {
+            "apiVersion": SANDBOXES.api_version,
+            "kind": "Sandbox",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        return await self.client.create(SANDBOXES, self.namespace, body)
+
+    async def get(self, resource: Resource, name: str) -> Obj | None:
+        try:
+            return await self.client.get(resource, self.namespace, name)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    async def sandbox(self, name: str) -> Obj:
+        found = await self.get(SANDBOXES, name)
+        assert found is not None, f"sandbox {name} is gone"
+        return found
+
+    async def patch(self, resource: Resource, name: str, patch: Obj) -> Obj:
+        return await self.client.patch(resource, self.namespace, name, patch)
+
+    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
+        """Poll ``probe`` until it returns something truthy (bounded; never a timing check)."""
+        last: T | None = None
+        for _ in range(int(WAIT / POLL)):
+            last = await probe()
+            if last:
+                return last
+            await asyncio.sleep(POLL)
+        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
+
+    async def until_condition(
+        self, name: str, type_: str, *, status: str | None = None, reason: str | None = None
+    ) -> Obj:
+        async def probe() -> Obj | None:
+            sandbox = await self.get(SANDBOXES, name)
+            cond = conditions(sandbox).get(type_)
+            if cond is None:
+                return None
+            if status is not None and cond["status"] != status:
+                return None
+            if reason is not None and cond["reason"] != reason:
+                return None
+            return sandbox
+
+        return await self.until(probe, f"{name} {type_} status={status} reason={reason}")
+
+    async def until_gone(self, resource: Resource, name: str) -> None:
+        async def probe() -> bool:
+            return await self.get(resource, name) is None
+
+        await self.until(probe, f"{resource.plural}/{name} to be deleted")
+
+    async def events_for(self, name: str) -> list[Obj]:
+        listed = await self.client.list(EVENTS, self.namespace)
+        return [
+            e for e in listed.get("items", []) if (e.get("regarding") or {}).get("name") == name
+        ]
+
+
+@pytest.fixture
+async def env(
+    cluster: Any,
+    agent_sandbox_crds: list[str],
+    namespace: str,
+    controller_runner: Any,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[Env]:
+    assert "sandboxes.agents.x-k8s.io" in agent_sandbox_crds
+    rbac = request.config.rootpath / "manifests" / "rbac" / "role.generated.yaml"
+    identity = controller_runner.identity(
+        "sandbox-controller",
+        namespace=namespace,
+        cluster_roles=["agent-sandbox-controller"],
+        rbac=rbac,
+    )
+    controller_runner.start(
+        functools.partial(_run_controller, namespace=namespace), identity=identity, name="sandbox"
+    )
+    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
+        yield Env(client, namespace)
+
+
+def conditions(obj: Obj | None) -> dict[str, Obj]:
+    return {
+        cond["type"]: cond for cond in ((obj or {}).get("status") or {}).get("conditions") or ()
+    }
+
+
+def without_ltt(obj: Obj) -> list[Obj]:
+    return [
+        {k: v for k, v in cond.items() if k != "lastTransitionTime"}
+        for cond in obj["status"]["conditions"]
+    ]
+
+
+def pause_spec(**extra: Any) -> Obj:
+    spec: Obj = {
+        "podTemplate": {
+            "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+        }
+    }
+    spec.update(extra)
+    return spec
+
+
+def _cond(type_: str, status: str, reason: str, message: str, gen: int = 1) -> Obj:
+    return {
+        "type": type_,
+        "status": status,
+        "observedGeneration": gen,
+        "reason": reason,
+        "message": message,
+    }
+
+
+async def _next_second() -> None:
+    """Let the wall clock move past the current second (condition times have 1 s resolution)."""
+    await asyncio.sleep(1.05)
+
+
+async def _ready_sandbox(env: Env, name: str, **extra: Any) -> Obj:
+    await env.create_sandbox(name, pause_spec(**extra))
+    return await env.until_condition(name, "Ready", status="True")
+
+
+def _sandbox_owner(sandbox: Obj) -> Obj:
+    return {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "name": sandbox["metadata"]["name"],
+        "uid": sandbox["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+class TestSandboxController:
+    async def test_simple_sandbox(self, env: Env) -> None:
+        spec = pause_spec(service=True)
+        spec["podTemplate"]["metadata"] = {
+            "labels": {"test-label-key": "val-2"},
+            "annotations": {"test-anno-key": "val-1"},
+        }
+        await env.create_sandbox("my-sandbox", spec)
+        sandbox = await env.until_condition("my-sandbox", "Ready", status="True")
+        status = {
+            k: v
+            for k, v in sandbox["status"].items()
+            if k not in ("podIPs", "nodeName", "conditions")
+        }
+        assert status == {
+            "service": "my-sandbox",
+            "serviceFQDN": f"my-sandbox.{env.namespace}.svc.cluster.local",
+            "selector": f"{c.LABEL_SANDBOX_NAME_HASH}={name_hash('my-sandbox')}",
+        }
+        assert without_ltt(sandbox) == [
+            _cond("Suspended", "False", "NotSuspended", "Sandbox is not suspended"),
+            _cond("Ready", "True", "DependenciesReady", "Pod is Ready; Service Exists"),
+        ]
+        assert sandbox["status"]["podIPs"]
+        pod = await env.get(PODS, "my-sandbox")
+        assert pod is not None
+        assert pod["metadata"]["labels"]["test-label-key"] == "val-2"
+        assert pod["metadata"]["annotations"]["test-anno-key"] == "val-1"
+        assert pod["metadata"]["ownerReferences"] == [_sandbox_owner(sandbox)]
+        assert pod["metadata"]["annotations"][c.ANNOTATION_PROPAGATED_LABELS] == "test-label-key"
+        assert any(
+            entry.get("manager") == "sandbox-controller"
+            for entry in pod["metadata"].get("managedFields") or ()
+        )
+        svc = await env.get(SERVICES, "my-sandbox")
+        assert svc is not None
+        assert svc["metadata"]["ownerReferences"] == [_sandbox_owner(sandbox)]
+        assert svc["spec"]["clusterIP"] == "None"
+        assert svc["spec"]["selector"] == {c.LABEL_SANDBOX_NAME_HASH: name_hash("my-sandbox")}
+        assert sandbox["metadata"]["annotations"][c.ANNOTATION_POD_NAME] == "my-sandbox"
+
+    async def test_suspend_resume_cycles(self, env: Env) -> None:
+        sandbox = await _ready_sandbox(env, "cycle", service=True)
+        selector = sandbox["status"]["selector"]
+        ltt = conditions(sandbox)["Suspended"]["lastTransitionTime"]
+        pod_uid = (await env.get(PODS, "cycle"))["metadata"]["uid"]  # type: ignore[index]
+        for _ in range(2):
+            await _next_second()
+            await env.patch(SANDBOXES, "cycle", {"spec": {"operatingMode": "Suspended"}})
+            suspended = await env.until_condition("cycle", "Suspended", status="True")
+            gen = suspended["metadata"]["generation"]
+            assert without_ltt(suspended) == [
+                _cond(
+                    "Suspended",
+                    "True",
+                    "PodTerminated",
+                    "Pod has been terminated. Sandbox is suspended",
+                    gen,
+                ),
+                _cond("Ready", "False", "SandboxSuspended", "Sandbox is suspended", gen),
+            ]
+            assert suspended["status"]["service"] == "cycle"
+            assert suspended["status"]["selector"] == selector
+            assert "podIPs" not in suspended["status"]
+            assert await env.get(PODS, "cycle") is None
+            assert await env.get(SERVICES, "cycle") is not None
+            new_ltt = conditions(suspended)["Suspended"]["lastTransitionTime"]
+            assert new_ltt > ltt
+            ltt = new_ltt
+
+            await _next_second()
+            await env.patch(SANDBOXES, "cycle", {"spec": {"operatingMode": "Running"}})
+            resumed = await env.until_condition("cycle", "Ready", status="True")
+            suspended_cond = conditions(resumed)["Suspended"]
+            assert (suspended_cond["status"], suspended_cond["reason"]) == ("False", "NotSuspended")
+            assert suspended_cond["lastTransitionTime"] > ltt
+            ltt = suspended_cond["lastTransitionTime"]
+            pod = await env.get(PODS, "cycle")
+            assert pod is not None and pod["metadata"]["uid"] != pod_uid
+            pod_uid = pod["metadata"]["uid"]
+
+    async def test_suspension_with_terminating_pod(self, env: Env) -> None:
+        sandbox = await _ready_sandbox(env, "hold")
+        not_suspended_ltt = conditions(sandbox)["Suspended"]["lastTransitionTime"]
+        await env.patch(PODS, "hold", {"metadata": {"finalizers": ["agents.x-k8s.io/test-hold"]}})
+        await _next_second()
+        await env.patch(SANDBOXES, "hold", {"spec": {"operatingMode": "Suspended"}})
+        terminating = await env.until_condition("hold", "Suspended", reason="PodTerminating")
+        cond = conditions(terminating)["Suspended"]
+        assert (cond["status"], cond["lastTransitionTime"]) == ("False", not_suspended_ltt)
+        assert conditions(terminating)["Ready"]["message"] == "Sandbox is suspending"
+        pod = await env.get(PODS, "hold")
+        assert pod is not None and pod["metadata"].get("deletionTimestamp")
+
+        await _next_second()
+        await env.patch(PODS, "hold", {"metadata": {"finalizers": None}})
+        done = await env.until_condition("hold", "Suspended", status="True", reason="PodTerminated")
+        assert conditions(done)["Suspended"]["lastTransitionTime"] > not_suspended_ltt
+        assert await env.get(PODS, "hold") is None
+
+    async def test_pod_deletion_keeps_suspended_false(self, env: Env) -> None:
+        sandbox = await _ready_sandbox(env, "crash")
+        before = conditions(sandbox)["Suspended"]
+        old_uid = (await env.get(PODS, "crash"))["metadata"]["uid"]  # type: ignore[index]
+        await env.client.delete(PODS, env.namespace, "crash")
+
+        async def replaced_and_ready() -> Obj | None:
+            pod = await env.get(PODS, "crash")
+            if pod is None or pod["metadata"]["uid"] == old_uid:
+                return None
+            current = await env.sandbox("crash")
+            return current if conditions(current)["Ready"]["status"] == "True" else None
+
+        after = await env.until(replaced_and_ready, "a replacement pod and Ready again")
+        assert conditions(after)["Suspended"] == before
+
+    async def test_suspension_blocked_by_unowned_pod(self, env: Env) -> None:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "squatter"},
+            "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
+        }
+        await env.client.create(PODS, env.namespace, pod)
+        await env.create_sandbox("squatter", pause_spec(service=True, operatingMode="Suspended"))
+        sandbox = await env.until_condition("squatter", "Suspended", reason="PodNotOwned")
+        assert without_ltt(sandbox) == [
+            _cond(
+                "Suspended",
+                "False",
+                "PodNotOwned",
+                "Refused to delete pod because it is not owned by this sandbox",
+            ),
+            _cond("Ready", "False", "SandboxSuspended", "Sandbox is suspending"),
+        ]
+        assert sandbox["status"]["service"] == "squatter"
+        assert sandbox["status"]["serviceFQDN"] == f"squatter.{env.namespace}.svc.cluster.local"
+        assert (
+            sandbox["status"]["selector"] == f"{c.LABEL_SANDBOX_NAME_HASH}={name_hash('squatter')}"
+        )
+        survivor = await env.get(PODS, "squatter")
+        assert survivor is not None
+        assert not survivor["metadata"].get("ownerReferences")
+        assert not survivor["metadata"].get("deletionTimestamp")
+
+    async def test_shutdown_time_retain(self, env: Env) -> None:
+        await _ready_sandbox(env, "expiring", service=True)
+        deadline = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=4)).replace(microsecond=0)
+        stamp = deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
+        await env.patch(SANDBOXES, "expiring", {"spec": {"shutdownTime": stamp}})
+        expired = await env.until_condition("expiring", "Ready", reason="SandboxExpired")
+        await env.until_gone(PODS, "expiring")
+        await env.until_gone(SERVICES, "expiring")
+
+        async def status_reset() -> Obj | None:
+            current = await env.sandbox("expiring")
+            return current if set(current["status"]) == {"conditions"} else None
+
+        expired = await env.until(status_reset, "the expired status to be reset")
+        assert without_ltt(expired) == [
+            _cond("Suspended", "False", "NotSuspended", "Sandbox is not suspended", 2),
+            _cond("Ready", "False", "SandboxExpired", "Sandbox has expired", 2),
+        ]
+        assert (
+            conditions(expired)["Ready"]["lastTransitionTime"] >= stamp
+        )  # not before shutdownTime
+
+    async def test_shutdown_time_delete(self, env: Env) -> None:
+        await _ready_sandbox(env, "doomed")
+        past = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        await env.patch(
+            SANDBOXES, "doomed", {"spec": {"shutdownTime": past, "shutdownPolicy": "Delete"}}
+        )
+        await env.until_gone(SANDBOXES, "doomed")
+        await env.until_gone(PODS, "doomed")
+
+    async def test_volume_claim_templates_are_immutable(self, env: Env) -> None:
+        vct = {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        await env.create_sandbox("vct", pause_spec(volumeClaimTemplates=[vct]))
+        pvc = await env.until(lambda: env.get(PVCS, "data-vct"), "the PVC")
+        sandbox = await env.sandbox("vct")
+        assert pvc["metadata"]["ownerReferences"] == [_sandbox_owner(sandbox)]
+        assert pvc["metadata"]["labels"] == {c.LABEL_SANDBOX_NAME_HASH: name_hash("vct")}
+        changed = copy.deepcopy(vct)
+        changed["spec"]["resources"]["requests"]["storage"] = "2Gi"
+        for patch in (
+            {"spec": {"volumeClaimTemplates": [changed]}},
+            {"spec": {"volumeClaimTemplates": None}},
+        ):
+            with pytest.raises(ApiError) as caught:
+                await env.patch(SANDBOXES, "vct", patch)
+            assert caught.value.status == 422
+            assert "volumeClaimTemplates is immutable" in caught.value.message
+        await env.create_sandbox("no-vct", pause_spec())
+        with pytest.raises(ApiError) as caught:
+            await env.patch(SANDBOXES, "no-vct", {"spec": {"volumeClaimTemplates": [vct]}})
+        assert "volumeClaimTemplates is immutable" in caught.value.message
+
+    async def test_invalid_pod_template_is_reported_without_hot_loop(self, env: Env) -> None:
+        spec = {"podTemplate": {"spec": {"containers": [{"name": "no-image"}]}}}
+        await env.create_sandbox("broken", spec)
+        sandbox = await env.until_condition("broken", "Ready", reason="ReconcilerError")
+        message = conditions(sandbox)["Ready"]["message"]
+        assert message.startswith("Error seen: ")
+        assert "image" in message and "Required value" in message
+        events = await env.until(lambda: env.events_for("broken"), "a Warning event")
+        assert [(e["type"], e["reason"]) for e in events] == [("Warning", "ReconcilerError")]
+        rv = sandbox["metadata"]["resourceVersion"]
+        await asyncio.sleep(2)  # the slow requeue must not rewrite the status meanwhile
+        assert (await env.sandbox("broken"))["metadata"]["resourceVersion"] == rv
+        assert await env.get(PODS, "broken") is None
+
+    async def test_service_name_too_long(self, env: Env) -> None:
+        name = "s" * 70
+        await env.create_sandbox(name, pause_spec(service=True))
+        sandbox = await env.until_condition(name, "Ready", reason="ReconcilerError")
+        assert "must be no more than 63 characters" in conditions(sandbox)["Ready"]["message"]
+        assert await env.get(PODS, name) is not None
+
+    async def test_multiple_owned_pods_fail_closed(self, env: Env) -> None:
+        sandbox = await _ready_sandbox(env, "twin")
+        extra = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "twin-extra",
+                "labels": {c.LABEL_SANDBOX_NAME_HASH: name_hash("twin")},
+                "ownerReferences": [_sandbox_owner(sandbox)],
+            },
+            "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
+        }
+        await env.client.create(PODS, env.namespace, extra)
+        failed = await env.until_condition("twin", "Ready", reason="MultiplePods")
+        assert conditions(failed)["Ready"]["message"] == (
+            "multiple Pods (2) are controlled by this Sandbox; refusing to choose or create a Pod"
+        )
+        events = await env.until(lambda: env.events_for("twin"), "a Warning event")
+        assert ("Warning", "MultiplePods") in [(e["type"], e["reason"]) for e in events]
+        await env.client.delete(PODS, env.namespace, "twin-extra")
+        await env.until_condition("twin", "Ready", status="True")
