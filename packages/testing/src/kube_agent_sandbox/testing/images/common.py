@@ -89,3 +89,23 @@ def run(
         tail = "\n".join(result.stdout.splitlines()[-30:])
         raise ImageBuildError(f"{what} failed (exit {result.returncode}):\n{tail}")
     return result.stdout
+
+
+def unmount_below(root: Path) -> None:
+    """Unmount anything still mounted inside ``root`` (deepest first) before it is deleted.
+
+    debootstrap mounts ``/proc`` and ``/sys`` into its target, the kubelet and containerd mount
+    volumes and root filesystems below their folders: deleting a folder must never walk into
+    a mount (the host's ``/proc``, a volume) that a crashed run left behind.
+
+    Args:
+        root: Folder about to be removed.
+    """
+    prefix = str(root.resolve()) + "/"
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    points = [line.split()[1] for line in lines if len(line.split()) > 1]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        run(["umount", "-l", point], what=f"umount {point}")

@@ -22,6 +22,7 @@ from kube_agent_sandbox.testing.images.common import (
     cache_key,
     images_cache_dir,
     run,
+    unmount_below,
 )
 from kube_agent_sandbox.testing.images.oci import Layer, pack_layer
 
@@ -47,25 +48,6 @@ _PRUNED = (
 def debian_mirror() -> str:
     """The Debian mirror to debootstrap from (``AGENT_SANDBOX_DEBIAN_MIRROR`` overrides)."""
     return os.environ.get("AGENT_SANDBOX_DEBIAN_MIRROR", DEFAULT_MIRROR)
-
-
-def unmount_below(root: Path) -> None:
-    """Unmount anything still mounted inside ``root`` (deepest first) before it is deleted.
-
-    debootstrap mounts ``/proc`` and ``/sys`` into the target while it installs; if it dies
-    half-way, deleting the folder must not walk into the host's ``/proc`` or ``/sys``.
-
-    Args:
-        root: Folder about to be removed.
-    """
-    prefix = str(root.resolve()) + "/"
-    try:
-        lines = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return
-    points = [line.split()[1] for line in lines if len(line.split()) > 1]
-    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
-        run(["umount", "-l", point], what=f"umount {point}")
 
 
 def _prune(root: Path) -> None:

@@ -83,6 +83,9 @@ class ContainerdSettings:
     sandbox_image: str
     cni_bin_dir: Path = Path("/usr/lib/cni")
     runc_binary: str = "runc"
+    # Clamp pods' oom_score_adj at containerd's own: needed where the harness lacks
+    # CAP_SYS_RESOURCE (runc then cannot lower it to -998 for the pause container).
+    restrict_oom_score_adj: bool = False
     # Runtime handler name -> runc binary (RuntimeClass.handler names one of these).
     runtime_handlers: Mapping[str, str] = field(
         default_factory=lambda: {DEFAULT_RUNTIME: "runc", ALTERNATE_RUNTIME: "runc"}
@@ -129,6 +132,7 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
         '  stream_server_address = "127.0.0.1"',
         '  stream_server_port = "0"',
         "  enable_selinux = false",
+        f"  restrict_oom_score_adj = {str(settings.restrict_oom_score_adj).lower()}",
         # No swap accounting or tmpfs quirks: keep CRI defaults otherwise.
         f"{cri[:-1]}.containerd]",
         '  snapshotter = "overlayfs"',
@@ -152,6 +156,20 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
         "",
     ]
     return "\n".join(lines)
+
+
+_CAP_SYS_RESOURCE = 24
+
+
+def can_lower_oom_score_adj() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE (needed to lower a child's oom_score_adj)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 class Containerd:
