@@ -100,6 +100,20 @@ def load_manifests(source: ManifestSource) -> list[dict[str, Any]]:
     return result
 
 
+def load_crds(source: ManifestSource) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of a manifest source, skipping anything else.
+
+    A CRD directory may hold a ``kustomization.yaml`` next to the CRDs; it is ignored.
+
+    Args:
+        source: See :func:`load_manifests`.
+
+    Returns:
+        The CRD documents, in order.
+    """
+    return [d for d in load_manifests(source) if d.get("kind") == "CustomResourceDefinition"]
+
+
 class ClusterAccess:
     """Client side of a test cluster: kubeconfig, Python client, kubectl, logs."""
 

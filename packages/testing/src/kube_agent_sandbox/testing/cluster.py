@@ -13,6 +13,7 @@ manager starts, because its garbage collector discovers new resources only every
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import shutil
@@ -33,7 +34,7 @@ import yaml
 from kubernetes import dynamic
 
 from kube_agent_sandbox.testing import pki, versions
-from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
+from kube_agent_sandbox.testing.access import ClusterAccess, load_crds
 from kube_agent_sandbox.testing.kubeconfig import write_kubeconfig
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition, wait_for_object
@@ -196,7 +197,7 @@ class LocalCluster:
         stage_files: list[Path] = []
         if not opts.control_plane_only and opts.nodes > 0:
             stage_files = kwok_stage_files(opts.kwok_stage_root or _kwok_stage_root())
-        crds = [doc for source in opts.crds for doc in load_manifests(source)]
+        crds = [doc for source in opts.crds for doc in load_crds(source)]
 
         if opts.workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="agent-sandbox-cluster-")
@@ -205,6 +206,7 @@ class LocalCluster:
             self.workdir = opts.workdir
             self.workdir.mkdir(parents=True, exist_ok=True)
         self.supervisor = ProcessSupervisor(self.workdir / "logs")
+        atexit.register(self.stop)
         started = time.monotonic()
         try:
             self._write_pki()
@@ -242,6 +244,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stop every component (reverse order) and remove the temporary work directory."""
+        atexit.unregister(self.stop)
         try:
             if self.access is not None:
                 self.access.close()
@@ -389,6 +392,9 @@ class LocalCluster:
                 f"--service-account-key-file={p / 'sa.key'}",
                 f"--service-account-signing-key-file={p / 'sa.key'}",
                 "--allow-privileged=true",
+                # The "kubernetes" Service cannot point at a loopback address; nothing in the
+                # cluster needs it to (kwok pods run nothing).
+                "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--max-requests-inflight=1000",
                 "--max-mutating-requests-inflight=500",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kube_agent_sandbox.testing.access import ClusterAccess, find_kubectl, load_manifests
+from kube_agent_sandbox.testing.access import ClusterAccess, find_kubectl, load_crds
 from kube_agent_sandbox.testing.cluster import (
     LocalCluster,
     LocalClusterOptions,
@@ -88,7 +88,7 @@ def start_cluster(provider: str, options: ProviderOptions) -> ProvidedCluster:
 
 
 def _crd_documents(options: ProviderOptions) -> list[dict[str, Any]]:
-    return [doc for source in options.crds for doc in load_manifests(source)]
+    return [doc for source in options.crds for doc in load_crds(source)]
 
 
 def _start_local(options: ProviderOptions) -> ProvidedCluster:
