@@ -29,18 +29,18 @@ def test_committed_crds_are_fresh(capsys: pytest.CaptureFixture[str]) -> None:
     assert "up to date" in capsys.readouterr().out
 
 
-def test_output_is_deterministic() -> None:
-    assert render_all() == render_all()
+def test_output_is_deterministic(rendered: dict[str, str]) -> None:
+    assert render_all() == rendered
 
 
 def test_write_then_check_then_detect_staleness(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rendered: dict[str, str]
 ) -> None:
     out = tmp_path / "crds"
     assert main(["--check", "--output-dir", str(out)]) == 1
     assert "missing" in capsys.readouterr().err
     assert main(["--output-dir", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(render_all())
+    assert sorted(p.name for p in out.iterdir()) == sorted(rendered)
     assert main(["--check", "--output-dir", str(out)]) == 0
     capsys.readouterr()
     stale = out / "extensions.agents.x-k8s.io_sandboxwarmpools.yaml"
@@ -58,8 +58,13 @@ def test_default_output_dir_finds_the_repository(tmp_path: Path) -> None:
     assert default_output_dir(tmp_path) == tmp_path / "manifests" / "crds"
 
 
-def test_generated_files_parse_as_one_crd_each() -> None:
-    for name, text in render_all().items():
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, str]:
+    return render_all()
+
+
+def test_generated_files_parse_as_one_crd_each(rendered: dict[str, str]) -> None:
+    for name, text in rendered.items():
         documents = [d for d in yaml.safe_load_all(text) if d]
         assert len(documents) == 1, name
         assert documents[0]["kind"] == "CustomResourceDefinition"
