@@ -120,6 +120,20 @@ def test_service_names_follow_the_flags() -> None:
     assert cert.not_valid_after_utc >= now + dt.timedelta(days=364)
 
 
+@pytest.mark.filterwarnings("ignore:Attribute's length must be:UserWarning")
+def test_long_names_keep_upstreams_common_name() -> None:
+    namespace = "n" * 63
+    generated = generate_certificates(
+        service_name="agent-sandbox-webhook-service", namespace=namespace, cluster_domain="c.l"
+    )
+    cert = x509.load_pem_x509_certificate(generated.cert_pem)
+    assert common_name(cert.subject) == f"agent-sandbox-webhook-service.{namespace}.svc"
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName)[-1] == (
+        f"agent-sandbox-webhook-service.{namespace}.svc.c.l"
+    )
+
+
 def test_extra_sans_add_ip_addresses_and_names() -> None:
     generated = generate_certificates(
         service_name="svc",

@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import os
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,17 @@ def service_dns_names(service_name: str, namespace: str, cluster_domain: str) ->
 
 def _pem_certificate(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _common_name(value: str) -> x509.NameAttribute[str]:
+    # X.509 caps a CN at 64 characters; Go does not enforce it and upstream's CN
+    # "<svc>.<ns>.svc" can be longer (long namespace names). Clients verify the SANs, not the
+    # CN, so keep upstream's value rather than fail or truncate.
+    if len(value) <= 64:
+        return x509.NameAttribute(NameOID.COMMON_NAME, value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Attribute's length must be ... <= 64"
+        return x509.NameAttribute(NameOID.COMMON_NAME, value, _validate=False)
 
 
 def _san(name: str) -> x509.GeneralName:
@@ -140,9 +152,7 @@ def generate_certificates(
     names = service_dns_names(service_name, namespace, cluster_domain)
     server_cert = (
         x509.CertificateBuilder()
-        .subject_name(
-            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{service_name}.{namespace}.svc")])
-        )
+        .subject_name(x509.Name([_common_name(f"{service_name}.{namespace}.svc")]))
         .issuer_name(ca_name)
         .public_key(server_key.public_key())
         .serial_number(2)
