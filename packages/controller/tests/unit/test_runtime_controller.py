@@ -52,7 +52,9 @@ class ScriptedReconciler:
             self.running.discard(request)
 
 
-def owned(name: str, *, owner_api: str, owner_kind: str, owner: str, controller: bool = True) -> Obj:
+def owned(
+    name: str, *, owner_api: str, owner_kind: str, owner: str, controller: bool = True
+) -> Obj:
     return {
         "metadata": {
             "name": name,
@@ -77,13 +79,13 @@ def sample(metrics: RuntimeMetrics, metric: str, **labels: str) -> float:
 
 async def until(cond: Callable[[], bool], *, seconds: float = 5.0) -> None:
     async with asyncio.timeout(seconds):
-        while not cond():
+        while True:
+            if cond():
+                return
             await asyncio.sleep(0.001)
 
 
-def make(
-    reconciler: ScriptedReconciler, metrics: RuntimeMetrics, **kwargs: object
-) -> Controller:
+def make(reconciler: ScriptedReconciler, metrics: RuntimeMetrics, **kwargs: object) -> Controller:
     return Controller(
         "parent",
         for_resource=PARENTS,
@@ -135,7 +137,9 @@ def test_handlers_map_events_to_requests() -> None:
     ctrl = make(ScriptedReconciler(), metrics, owns=[(CHILDREN, only_labelled)])
     child = owned("c", owner_api="example.com/v2", owner_kind="Parent", owner="p1")
     h = ctrl.owned_handler(only_labelled)
-    assert h.on_add is not None and h.on_update is not None and h.on_delete is not None
+    assert h.on_add is not None
+    assert h.on_update is not None
+    assert h.on_delete is not None
     h.on_add(child)
     assert len(ctrl.queue) == 0  # filtered out
     labelled = {**child, "metadata": {**child["metadata"], "labels": {"a": "b"}}}
@@ -188,10 +192,16 @@ async def test_end_to_end_with_informers_and_fake_api() -> None:
         await until(lambda: Request("ns", "p9") in rec.calls)
         await api.create(OTHERS, "ns", {"metadata": {"name": "s", "labels": {"parent": "p7"}}})
         await until(lambda: Request("ns", "p7") in rec.calls)
-        assert sample(metrics, "controller_runtime_reconcile_total", controller="parent",
-                      result="success") >= 3
-        assert sample(metrics, "controller_runtime_max_concurrent_reconciles",
-                      controller="parent") == 1
+        assert (
+            sample(
+                metrics, "controller_runtime_reconcile_total", controller="parent", result="success"
+            )
+            >= 3
+        )
+        assert (
+            sample(metrics, "controller_runtime_max_concurrent_reconciles", controller="parent")
+            == 1
+        )
     finally:
         await ctrl.stop(1)
         for inf in informers.values():
@@ -221,13 +231,18 @@ async def test_error_is_retried_with_backoff_and_counted() -> None:
     finally:
         await ctrl.stop(1)
     assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 2
-    assert sample(metrics, "controller_runtime_reconcile_total", controller="parent",
-                  result="error") == 2
-    assert sample(metrics, "controller_runtime_reconcile_total", controller="parent",
-                  result="success") == 1
+    assert (
+        sample(metrics, "controller_runtime_reconcile_total", controller="parent", result="error")
+        == 2
+    )
+    assert (
+        sample(metrics, "controller_runtime_reconcile_total", controller="parent", result="success")
+        == 1
+    )
     assert sample(metrics, "workqueue_retries_total", name="parent") == 2
-    assert sample(metrics, "controller_runtime_reconcile_time_seconds_count",
-                  controller="parent") == 3
+    assert (
+        sample(metrics, "controller_runtime_reconcile_time_seconds_count", controller="parent") == 3
+    )
 
 
 async def test_terminal_error_is_not_requeued() -> None:
@@ -239,8 +254,10 @@ async def test_terminal_error_is_not_requeued() -> None:
     await run_one(ctrl, rec, req)
     assert ctrl.queue.delayed() == frozenset()
     assert len(ctrl.queue) == 0
-    assert sample(metrics, "controller_runtime_terminal_reconcile_errors_total",
-                  controller="parent") == 1
+    assert (
+        sample(metrics, "controller_runtime_terminal_reconcile_errors_total", controller="parent")
+        == 1
+    )
     assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 1
 
 
@@ -253,8 +270,15 @@ async def test_requeue_after_schedules_delayed_add() -> None:
     await run_one(ctrl, rec, req)
     assert ctrl.queue.delayed() == {req}
     assert len(ctrl.queue) == 0
-    assert sample(metrics, "controller_runtime_reconcile_total", controller="parent",
-                  result="requeue_after") == 1
+    assert (
+        sample(
+            metrics,
+            "controller_runtime_reconcile_total",
+            controller="parent",
+            result="requeue_after",
+        )
+        == 1
+    )
     ctrl.queue.shutdown()
 
 
@@ -266,8 +290,10 @@ async def test_requeue_flag_uses_rate_limiter() -> None:
     rec.outcomes[req] = [Result(requeue=True)]
     await run_one(ctrl, rec, req)
     assert ctrl.queue.num_requeues(req) == 1
-    assert sample(metrics, "controller_runtime_reconcile_total", controller="parent",
-                  result="requeue") == 1
+    assert (
+        sample(metrics, "controller_runtime_reconcile_total", controller="parent", result="requeue")
+        == 1
+    )
     ctrl.queue.shutdown()
 
 

@@ -32,7 +32,9 @@ class Recorder:
 
 async def until(cond: Callable[[], bool], *, seconds: float = 5.0) -> None:
     async with asyncio.timeout(seconds):
-        while not cond():
+        while True:
+            if cond():
+                return
             await asyncio.sleep(0.001)
 
 

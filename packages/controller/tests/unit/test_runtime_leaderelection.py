@@ -57,7 +57,8 @@ async def test_first_candidate_creates_lease_second_waits() -> None:
     assert spec["holderIdentity"] == "a"
     assert spec["leaseDurationSeconds"] == 15
     assert spec["leaseTransitions"] == 0
-    assert spec["renewTime"].endswith("Z") and "." in spec["renewTime"]
+    assert spec["renewTime"].endswith("Z")
+    assert "." in spec["renewTime"]
     assert await b.try_acquire_or_renew() is False
     mono.now += 14.9
     assert await b.try_acquire_or_renew() is False
@@ -116,7 +117,8 @@ async def test_release_lets_successor_acquire_immediately() -> None:
     a = LeaderElector(api, fast("a"), metrics=metrics)
     b = LeaderElector(api, fast("b"))
     await asyncio.wait_for(a.acquire(), 5)
-    assert a.is_leader and status(metrics) == 1
+    assert a.is_leader
+    assert status(metrics) == 1
     assert not await b.try_acquire_or_renew()
     assert await a.release() is True
     spec = (await lease(api))["spec"]
@@ -209,9 +211,11 @@ def test_config_validation(kwargs: dict[str, float], match: str) -> None:
         LeaderElector(FakeApi(), cfg("a", **kwargs))
 
 
-@pytest.mark.parametrize(("name", "ns", "ident"), [("", "sys", "a"), ("x", "", "a"), ("x", "s", "")])
+@pytest.mark.parametrize(
+    ("name", "ns", "ident"), [("", "sys", "a"), ("x", "", "a"), ("x", "s", "")]
+)
 def test_config_requires_names(name: str, ns: str, ident: str) -> None:
-    with pytest.raises(ValueError, match="required|empty"):
+    with pytest.raises(ValueError, match=r"required|empty"):
         LeaderElectionConfig(lease_name=name, lease_namespace=ns, identity=ident).validate()
 
 

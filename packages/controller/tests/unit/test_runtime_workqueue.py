@@ -79,7 +79,9 @@ async def test_no_key_is_processed_by_two_workers_at_once() -> None:
         await asyncio.sleep(0)
         if round_ % 3 == 0:
             await asyncio.sleep(0)
-    while len(q) or q.processing():
+    while True:
+        if not len(q) and not q.processing():
+            break
         await asyncio.sleep(0)
     q.shutdown()
     await asyncio.gather(*workers)

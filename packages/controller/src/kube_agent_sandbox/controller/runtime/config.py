@@ -49,7 +49,11 @@ class ClusterConfig:
         cfg = self.source
         if cfg is None:
             return headers
-        token = cfg.get_api_key_with_prefix("authorization")
+        # kubernetes >= 30 stores tokens under "BearerToken" (value "Bearer ..."), older
+        # releases under "authorization"; both refresh through the same hook.
+        token = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+            "authorization"
+        )
         if token:
             headers["Authorization"] = token
         elif cfg.username or cfg.password:
@@ -89,6 +93,9 @@ def load_kubeconfig(path: str | None = None, *, context: str | None = None) -> C
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 
+    if path is None:
+        # read the environment now: the kubernetes package captures it at import time
+        path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     cfg = k8s_client.Configuration()
     try:
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]

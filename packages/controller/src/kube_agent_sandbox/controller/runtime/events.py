@@ -83,6 +83,7 @@ class EventSink:
         self._series: OrderedDict[_SeriesKey, _Series] = OrderedDict()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.dropped = 0
         """Events dropped because the queue was full."""
 
@@ -153,14 +154,18 @@ class EventSink:
     def start(self) -> None:
         """Start the writer task (idempotent)."""
         if self._task is None or self._task.done():
+            self._stopping = False
             self._task = asyncio.create_task(self._run(), name="event-sink")
 
     async def stop(self, grace: float = 5.0) -> None:
         """Write what is queued (for at most ``grace`` seconds), then stop."""
         if self._task is None:
             return
+        self._stopping = True
+        self._wakeup.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.flush(), grace)
+            async with asyncio.timeout(grace):
+                await self.flush()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -174,10 +179,12 @@ class EventSink:
 
     async def _run(self) -> None:
         last_series_flush = time.monotonic()
-        while True:
+        while not self._stopping:
             timeout = max(0.0, self.flush_interval - (time.monotonic() - last_series_flush))
+            # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue:
                 await self._write(self._queue.popleft())

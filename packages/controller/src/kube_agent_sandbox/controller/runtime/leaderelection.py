@@ -219,7 +219,8 @@ class LeaderElector:
 
     async def _attempt(self, budget: float) -> bool:
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), max(0.001, budget))
+            async with asyncio.timeout(max(0.001, budget)):
+                return await self.try_acquire_or_renew()
         except TimeoutError:
             return False
         except asyncio.CancelledError:

@@ -31,7 +31,7 @@ from kube_agent_sandbox.controller.runtime.leaderelection import (
     LeaderElectionLost,
     LeaderElector,
 )
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
 from kube_agent_sandbox.controller.runtime.servers import (
     Check,
     HttpServer,
@@ -81,7 +81,8 @@ class Manager:
         leader_election: Lease settings; None disables leader election.
         metrics_bind_address: ``host:port`` of ``/metrics``; ``"0"``/``""`` disables it.
         health_bind_address: ``host:port`` of ``/healthz`` and ``/readyz``; ``"0"`` disables.
-        metrics: metric set (its registry is served); a fresh private one when omitted.
+        metrics: metric set whose registry is served; the process default (which clients,
+            queues and controllers built without one also use) when omitted.
         graceful_shutdown_timeout: seconds in-flight reconciles get to finish on stop.
         cache_sync_timeout: seconds informers get for their first LIST.
     """
@@ -98,7 +99,7 @@ class Manager:
         cache_sync_timeout: float = 120.0,
     ) -> None:
         self.client = client
-        self.metrics = metrics or RuntimeMetrics()
+        self.metrics = metrics or default_metrics()
         self.leader_election = leader_election
         if leader_election is not None:
             leader_election.validate()
@@ -290,7 +291,8 @@ class Manager:
             inf.start()
         waits = [inf.wait_for_sync() for inf in informers]
         try:
-            await asyncio.wait_for(asyncio.gather(*waits), self.cache_sync_timeout)
+            async with asyncio.timeout(self.cache_sync_timeout):
+                await asyncio.gather(*waits)
         except TimeoutError:
             pending = [inf.resource.plural for inf in informers if not inf.has_synced]
             raise CacheSyncTimeout(f"caches not synced: {', '.join(pending)}") from None

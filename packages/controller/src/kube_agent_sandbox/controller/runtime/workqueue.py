@@ -215,7 +215,8 @@ class WorkQueue(Generic[T]):
             return True
         self._idle = asyncio.Event()
         try:
-            await asyncio.wait_for(self._idle.wait(), grace)
+            async with asyncio.timeout(grace):
+                await self._idle.wait()
         except TimeoutError:
             return False
         return True
