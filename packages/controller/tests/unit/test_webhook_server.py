@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from kube_agent_sandbox.controller.webhook import (
     generate_certificates,
     write_serving_files,
 )
+from kube_agent_sandbox.controller.webhook.server import OFFLOAD_BODY_BYTES
 
 SERVICE_HOST = "agent-sandbox-webhook-service.agent-sandbox-system.svc"
 
@@ -242,3 +244,21 @@ async def test_default_host_binds_all_interfaces(
         assert status == 200
     finally:
         await webhook.stop()
+
+
+async def test_large_review_is_converted_off_the_event_loop(
+    server: ConversionWebhookServer, certs: WebhookCertificates
+) -> None:
+    pools = [
+        {**ALPHA_POOL, "metadata": {"name": f"p-{i}", "namespace": "default"}, "pad": "x" * 300}
+        for i in range(1000)
+    ]
+    body = review(pools, "extensions.agents.x-k8s.io/v1beta1")
+    assert len(json.dumps(body)) > OFFLOAD_BODY_BYTES
+
+    status, answer = await post(server, certs, body)
+
+    assert status == 200
+    converted = answer["response"]["convertedObjects"]
+    assert [o["metadata"]["name"] for o in converted] == [f"p-{i}" for i in range(1000)]
+    assert {o["apiVersion"] for o in converted} == {"extensions.agents.x-k8s.io/v1beta1"}

@@ -134,8 +134,16 @@ def encode_state(obj: Obj, annotation: str) -> str:
     and UTF-8 (no HTML escaping), so the bytes may differ from Go's while the JSON value is the
     same; the decode side (:func:`decode_state`) reads either form.
     """
-    state = deep_copy(obj)
-    pop_annotation(state, annotation)
+    state = obj
+    annotations = annotations_of(obj)
+    if annotations is not None and annotation in annotations:
+        # Shallow copies down to the annotations: serializing never mutates, so the rest of
+        # the object is shared rather than deep-copied.
+        kept = {k: v for k, v in annotations.items() if k != annotation}
+        metadata = {k: v for k, v in obj["metadata"].items() if k != "annotations"}
+        if kept:
+            metadata["annotations"] = kept
+        state = {**obj, "metadata": metadata}
     return json.dumps(state, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -7,6 +7,7 @@ are parsed and written with orjson; a LIST through v1alpha1 sends every object i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -24,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PORT: Final = 9443
 DEFAULT_MAX_BODY_BYTES: Final = 256 * 1024 * 1024
+OFFLOAD_BODY_BYTES: Final = 256 * 1024
 
 
 class ConversionWebhookServer:
@@ -130,18 +132,30 @@ class ConversionWebhookServer:
 
     async def _convert(self, request: web.Request) -> web.Response:
         body = await request.read()
-        try:
-            review = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            logger.warning("unparseable conversion request", extra={"error": str(exc)})
-            return web.Response(status=400, text=f"invalid JSON: {exc}\n")
-        try:
-            answer = handle_review(review)
-        except MalformedReviewError as exc:
-            logger.warning("malformed conversion request", extra={"error": str(exc)})
-            return web.Response(status=400, text=f"{exc}\n")
-        try:
-            payload = orjson.dumps(answer)
-        except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits: slower but exact
-            payload = json.dumps(answer, separators=(",", ":")).encode()
+        if len(body) > OFFLOAD_BODY_BYTES:
+            # A LIST through v1alpha1 converts every item in one review: keep the event loop
+            # (reconcilers, probes) responsive while it runs.
+            status, payload = await asyncio.to_thread(answer, body)
+        else:
+            status, payload = answer(body)
+        if status != 200:
+            return web.Response(status=status, body=payload, content_type="text/plain")
         return web.Response(body=payload, content_type="application/json")
+
+
+def answer(body: bytes) -> tuple[int, bytes]:
+    """Turn a request body into an HTTP status and response body (200 JSON or 400 text)."""
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        logger.warning("unparseable conversion request", extra={"error": str(exc)})
+        return 400, f"invalid JSON: {exc}\n".encode()
+    try:
+        result = handle_review(review)
+    except MalformedReviewError as exc:
+        logger.warning("malformed conversion request", extra={"error": str(exc)})
+        return 400, f"{exc}\n".encode()
+    try:
+        return 200, orjson.dumps(result)
+    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits: slower but exact
+        return 200, json.dumps(result, separators=(",", ":")).encode()
