@@ -142,3 +142,38 @@ def test_python_dash_m_matches_console_script() -> None:
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("flag provided but not defined: -bogus\n")
+
+
+def test_startup_settings_log_warnings_and_notes(caplog: pytest.LogCaptureFixture) -> None:
+    from kube_agent_sandbox.controller.cli import log_startup_settings
+    from kube_agent_sandbox.controller.config import parse_args, validate
+
+    options = parse_args(
+        [
+            "--sandbox-concurrent-workers=2000",
+            "--enable-webhook=false",
+            "--enable-pprof",
+            "--pprof-mutex-profile-fraction=5",
+            "extra-argument",
+        ]
+    )
+    caplog.set_level(logging.DEBUG)
+    log_startup_settings(options, validate(options))
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records]
+    concurrency = next(r for r in caplog.records if r.getMessage() == "Concurrency settings")
+    assert concurrency.__dict__["sandbox"] == 2000
+    assert any(lvl == "WARNING" and "exceeds 1000" in msg for lvl, msg in messages)
+    assert any(lvl == "WARNING" and "ignoring arguments" in msg for lvl, msg in messages)
+    assert any("webhook subsystem disabled" in msg for _, msg in messages)
+    assert any("--manage-webhook-certs has no effect" in msg for _, msg in messages)
+    assert any("no effect" in msg and "mutex" in msg for _, msg in messages)
+    assert any(lvl == "DEBUG" and "auto-detection" in msg for lvl, msg in messages)
+
+
+def test_defaults_log_no_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    from kube_agent_sandbox.controller.cli import log_startup_settings
+    from kube_agent_sandbox.controller.config import ControllerOptions
+
+    caplog.set_level(logging.INFO)
+    log_startup_settings(ControllerOptions(leader_election_namespace="x"), [])
+    assert [r.getMessage() for r in caplog.records] == ["Concurrency settings"]
