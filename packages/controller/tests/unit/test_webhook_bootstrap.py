@@ -248,6 +248,13 @@ async def test_invalid_secret_after_a_lost_race_is_an_error(tmp_path: Path) -> N
         await ensure(client, tmp_path)
 
 
+async def test_unwritable_cert_dir_is_an_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CertificateError, match="failed to write certificate files locally"):
+        await ensure(FakeClient(), blocker / "certs")
+
+
 @pytest.mark.parametrize("verb", ["get", "create"])
 async def test_other_api_errors_propagate(tmp_path: Path, verb: str) -> None:
     client = FakeClient()

@@ -277,6 +277,13 @@ def resolve_cert_files(
     raise CertificateError(f"webhook certificate files in {str(directory)!r} are unusable")
 
 
+def _write_local(cert_dir: str | Path, certs: WebhookCertificates) -> None:
+    try:
+        write_serving_files(cert_dir, certs)
+    except OSError as exc:
+        raise CertificateError(f"failed to write certificate files locally: {exc}") from exc
+
+
 def _from_secret(secret: Obj) -> WebhookCertificates:
     data = secret.get("data") or {}
     if not isinstance(data, Mapping):
@@ -346,7 +353,7 @@ async def ensure_webhook_certificates(
         The certificates in use (``ca_pem`` is the caBundle for the CRDs).
 
     Raises:
-        CertificateError: the Secret holds unusable data.
+        CertificateError: the Secret holds unusable data, or the files cannot be written.
         ApiError: reading or creating the Secret failed for another reason.
     """
     try:
@@ -356,7 +363,7 @@ async def ensure_webhook_certificates(
             raise
     else:
         logger.info("using webhook certificates from Secret", extra={"secret": secret_name})
-        write_serving_files(cert_dir, certs)
+        _write_local(cert_dir, certs)
         return certs
 
     logger.info("no shared webhook certificates found; generating new ones")
@@ -366,7 +373,7 @@ async def ensure_webhook_certificates(
         cluster_domain=cluster_domain,
         extra_sans=extra_sans,
     )
-    write_serving_files(cert_dir, certs)
+    _write_local(cert_dir, certs)
     try:
         await client.create(
             SECRETS, namespace, _to_secret(certs, name=secret_name, namespace=namespace)
@@ -378,7 +385,7 @@ async def ensure_webhook_certificates(
         certs = await _load_secret(
             client, name=secret_name, namespace=namespace, context=" during concurrent load"
         )
-        write_serving_files(cert_dir, certs)
+        _write_local(cert_dir, certs)
     else:
         logger.info("created shared webhook certificates Secret", extra={"secret": secret_name})
     return certs
