@@ -34,18 +34,16 @@ def to_hub(obj: Obj) -> Obj:
         ConversionError: the policy annotation holds a value outside the v1beta1 enum.
     """
     annotations = annotations_of(obj)
-    if annotations is not None and ANNOTATION_V1BETA1_VCT_POLICY in annotations:
-        policy = annotations[ANNOTATION_V1BETA1_VCT_POLICY]
-        if policy not in VOLUME_CLAIM_TEMPLATES_POLICIES:
-            raise ConversionError(
-                f"invalid VolumeClaimTemplatesPolicy annotation value: {go_quote(policy)}"
-            )
-        state = encode_state(obj, ANNOTATION_V1ALPHA1_SANDBOXTEMPLATE_STATE)
-        ensure_dict(obj, "spec", "spec")["volumeClaimTemplatesPolicy"] = policy
-        del annotations[ANNOTATION_V1BETA1_VCT_POLICY]
-    else:
-        state = encode_state(obj, ANNOTATION_V1ALPHA1_SANDBOXTEMPLATE_STATE)
-        ensure_dict(obj, "spec", "spec")
+    policy = None if annotations is None else annotations.get(ANNOTATION_V1BETA1_VCT_POLICY)
+    if policy is not None and policy not in VOLUME_CLAIM_TEMPLATES_POLICIES:
+        raise ConversionError(
+            f"invalid VolumeClaimTemplatesPolicy annotation value: {go_quote(policy)}"
+        )
+    state = encode_state(obj, ANNOTATION_V1ALPHA1_SANDBOXTEMPLATE_STATE)  # annotation included
+    spec = ensure_dict(obj, "spec", "spec")
+    if policy is not None:
+        spec["volumeClaimTemplatesPolicy"] = policy
+        pop_annotation(obj, ANNOTATION_V1BETA1_VCT_POLICY)
     set_annotation(obj, ANNOTATION_V1ALPHA1_SANDBOXTEMPLATE_STATE, state)
     return obj
 
