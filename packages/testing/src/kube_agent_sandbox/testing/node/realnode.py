@@ -343,6 +343,9 @@ class RealNode:
         return [
             # The `kubernetes` Service's endpoint: pods reach it through the relay.
             f"--advertise-address={self.node_ip}",
+            # The harness turns the reconciler off for loopback-only clusters; a real node
+            # needs the endpoint to exist (last flag wins).
+            "--endpoint-reconciler-type=lease",
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-certificate-authority={pki_dir / 'node-ca.crt'}",
             f"--kubelet-client-certificate={pki_dir / 'apiserver-kubelet-client.crt'}",

@@ -1,0 +1,213 @@
+"""The controller's container image, built from our wheels without Docker or a registry.
+
+The same steps as the repository's Dockerfile, done by hand: the Python base layer (Debian
+bookworm, Python 3.11) plus one layer with the controller, the extension controllers and their
+locked dependencies installed into ``/opt/agent-sandbox`` (``uv pip install --target`` for the
+image's platform and Python, bytecode compiled ahead because the container's root filesystem
+is read-only). The image runs ``agent-sandbox-controller`` as user 65532, like the Dockerfile's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kube_agent_sandbox.testing.images.catalog import PATH_ENV, BuiltImage, assemble
+from kube_agent_sandbox.testing.images.common import (
+    ImageBuildError,
+    images_cache_dir,
+    run,
+)
+from kube_agent_sandbox.testing.images.oci import ImageConfig, Layer, host_architecture, pack_layer
+from kube_agent_sandbox.testing.images.rootfs import base_layer
+
+_log = logging.getLogger(__name__)
+
+#: Workspace packages that go into the image (the SDK and the test harness do not).
+IMAGE_PACKAGES = ("api-types", "controller", "extensions")
+INSTALL_PREFIX = "/opt/agent-sandbox"
+IMAGE_PYTHON = "3.11"
+# Debian bookworm ships glibc 2.36.
+IMAGE_PLATFORM_TAG = "manylinux_2_36"
+ENTRYPOINT_SCRIPT = """\
+#!/usr/bin/python3
+import sys
+
+from kube_agent_sandbox.controller.cli import main
+
+sys.exit(main())
+"""
+
+
+def _uv() -> str:
+    uv = shutil.which("uv")
+    if uv is None:
+        raise ImageBuildError("uv is needed to build the controller image (pip install uv)")
+    return uv
+
+
+def _wheel_fingerprint(wheels: Sequence[Path]) -> str:
+    """Hash of the wheels' contents (names and bytes of members, not zip timestamps)."""
+    digest = hashlib.sha256()
+    for wheel in sorted(wheels, key=lambda p: p.name):
+        digest.update(wheel.name.encode())
+        with zipfile.ZipFile(wheel) as archive:
+            for member in sorted(archive.namelist()):
+                digest.update(member.encode())
+                digest.update(archive.read(member))
+    return digest.hexdigest()[:16]
+
+
+def build_wheels(repo_root: Path, dest: Path) -> list[Path]:
+    """Build the wheels of the packages that go into the image.
+
+    Args:
+        repo_root: The repository (uv workspace) root.
+        dest: Folder for the wheels.
+
+    Returns:
+        The wheel files.
+
+    Raises:
+        ImageBuildError: If a build fails.
+    """
+    for package in IMAGE_PACKAGES:
+        run(
+            [_uv(), "build", "--quiet", "--wheel", "--out-dir", str(dest), f"packages/{package}"],
+            what=f"uv build {package}",
+            cwd=repo_root,
+            timeout=600,
+        )
+    wheels = sorted(dest.glob("*.whl"))
+    if len(wheels) != len(IMAGE_PACKAGES):
+        raise ImageBuildError(f"expected {len(IMAGE_PACKAGES)} wheels, found {wheels}")
+    return wheels
+
+
+def locked_requirements(repo_root: Path) -> str:
+    """The third-party requirements of the image's packages, pinned by ``uv.lock``.
+
+    Args:
+        repo_root: The repository (uv workspace) root.
+
+    Returns:
+        requirements.txt text (no workspace packages, no dev tools).
+    """
+    packages = [f"--package=kube-agent-sandbox-{p}" for p in IMAGE_PACKAGES]
+    return run(
+        [
+            _uv(),
+            "export",
+            "--frozen",
+            "--no-dev",
+            "--no-emit-workspace",
+            "--no-header",
+            *packages,
+        ],
+        what="uv export",
+        cwd=repo_root,
+    )
+
+
+def _app_layer(wheels: Sequence[Path], requirements: str, dest: Path) -> Layer:
+    architecture = {"amd64": "x86_64", "arm64": "aarch64"}[host_architecture()]
+    with tempfile.TemporaryDirectory(prefix="controller-layer-", dir=images_cache_dir()) as tmp:
+        root = Path(tmp) / "root"
+        site = root / INSTALL_PREFIX.lstrip("/") / "site-packages"
+        site.mkdir(parents=True)
+        requirements_file = Path(tmp) / "requirements.txt"
+        requirements_file.write_text(requirements)
+        env = dict(os.environ)
+        env.pop("VIRTUAL_ENV", None)
+        run(
+            [
+                _uv(),
+                "pip",
+                "install",
+                "--quiet",
+                "--target",
+                str(site),
+                "--python-version",
+                IMAGE_PYTHON,
+                "--python-platform",
+                f"{architecture}-{IMAGE_PLATFORM_TAG}",
+                "--only-binary",
+                ":all:",
+                "--no-deps",
+                "--compile-bytecode",
+                "-r",
+                str(requirements_file),
+                *map(str, wheels),
+            ],
+            what="uv pip install (controller image)",
+            env=env,
+            timeout=900,
+        )
+        # Make the folder importable for the image's python3 without PYTHONPATH.
+        dist_packages = root / "usr/lib/python3/dist-packages"
+        dist_packages.mkdir(parents=True)
+        (dist_packages / "agent-sandbox.pth").write_text(f"{INSTALL_PREFIX}/site-packages\n")
+        bin_dir = root / INSTALL_PREFIX.lstrip("/") / "bin"
+        bin_dir.mkdir(parents=True)
+        script = bin_dir / "agent-sandbox-controller"
+        script.write_text(ENTRYPOINT_SCRIPT)
+        script.chmod(0o755)
+        return pack_layer(root, dest, empty_dirs=())
+
+
+def controller_image(repo_root: Path) -> BuiltImage:
+    """The controller image from the repository's current sources (cached by content).
+
+    Args:
+        repo_root: The repository (uv workspace) root.
+
+    Returns:
+        The image (``localhost/agent-sandbox/controller:<hash>``); tag it with the name the
+        manifests use when importing it.
+
+    Raises:
+        ImageBuildError: If a wheel, the dependency install or packing fails.
+    """
+    started = time.monotonic()
+    base = base_layer()
+    with tempfile.TemporaryDirectory(prefix="controller-wheels-") as tmp:
+        wheels = build_wheels(repo_root, Path(tmp))
+        requirements = locked_requirements(repo_root)
+        key = hashlib.sha256(
+            f"{_wheel_fingerprint(wheels)}\n{requirements}\n{IMAGE_PLATFORM_TAG}".encode()
+        ).hexdigest()[:16]
+        dest = images_cache_dir() / f"controller-app-{key}.layer.tar"
+        app = Layer.from_cache(dest)
+        if app is None:
+            _log.info("installing the controller and its dependencies into an image layer")
+            app = _app_layer(wheels, requirements, dest)
+    image = assemble(
+        "controller",
+        layers=[base, app],
+        config=ImageConfig(
+            entrypoint=[f"{INSTALL_PREFIX}/bin/agent-sandbox-controller"],
+            env={
+                "PATH": f"{INSTALL_PREFIX}/bin:{PATH_ENV}",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1",
+                "HOME": "/tmp",
+                "LANG": "C.UTF-8",
+            },
+            working_dir="/tmp",
+            user="65532:65532",
+            labels={"org.opencontainers.image.title": "agent-sandbox-controller"},
+        ),
+    )
+    return BuiltImage(
+        reference=image.reference,
+        archive=image.archive,
+        build_seconds=time.monotonic() - started,
+        cached=image.cached,
+    )
