@@ -35,6 +35,9 @@ from kube_agent_sandbox.controller.runtime.leaderelection import LeaderElectionC
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
 from kube_agent_sandbox.controller.version import register_build_info
+from kube_agent_sandbox.controller.webhook import certs
+from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks
+from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
 
 __all__ = [
     "SERVICE_ACCOUNT_NAMESPACE_FILE",
@@ -57,7 +60,6 @@ CONNECTIONS_PER_API_CONNECTION: Final = 100
 """Concurrent requests one upstream HTTP/2 connection carries (the apiserver's default
 ``SETTINGS_MAX_CONCURRENT_STREAMS``); our HTTP/1.1 pool gets this many sockets per
 ``--api-connections``."""
-TRACING_INIT_TIMEOUT: Final = 10.0
 SANDBOX_SETUP_MODULE: Final = "kube_agent_sandbox.controller.sandbox.setup"
 
 
@@ -181,7 +183,9 @@ def build_client(
     )
 
 
-async def prepare_webhook(options: ControllerOptions, client: ApiClient) -> Any | None:
+async def prepare_webhook(
+    options: ControllerOptions, client: ApiClient
+) -> ConversionWebhookServer | None:
     """Certificates, CRD caBundles and the conversion webhook server (``--enable-webhook``).
 
     Returns:
@@ -192,9 +196,6 @@ async def prepare_webhook(options: ControllerOptions, client: ApiClient) -> Any 
     """
     if not options.enable_webhook:
         return None
-    from kube_agent_sandbox.controller.webhook import certs
-    from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
-
     cert_dir = Path(options.webhook_cert_dir)
     if options.manage_webhook_certs:
         logger.info("Preparing webhook certificates", extra={"certDir": str(cert_dir)})
@@ -259,8 +260,6 @@ async def prepare_webhook(options: ControllerOptions, client: ApiClient) -> Any 
 
 
 async def _patch_crds(client: ApiClient, ca_pem: bytes, options: ControllerOptions) -> None:
-    from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks
-
     await patch_conversion_webhooks(
         client,
         ca_pem,
@@ -379,7 +378,7 @@ async def run(options: ControllerOptions) -> None:
             await setup_sandbox_controller(manager, options)
             if webhook is not None:
                 manager.add_runnable(webhook)
-                manager.readyz_checks["webhook"] = lambda: bool(webhook.started)
+                manager.readyz_checks["webhook"] = lambda: webhook.started
             if options.extensions:
                 await setup_extensions(manager, options)
             logger.info("starting manager")
