@@ -133,7 +133,7 @@ class ApiClient:
             raise ValueError(f"burst must be positive, got {burst}")
         self.config = config
         self.bucket = TokenBucket(qps, burst)
-        self._metrics = metrics or default_metrics()
+        self.metrics = metrics or default_metrics()
         self._host_label = urlsplit(config.host).netloc
         self._max_connections = max_connections
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
@@ -177,12 +177,12 @@ class ApiClient:
         if self.bucket.unlimited:
             return
         waited = await self.bucket.wait()
-        self._metrics.rest_client_rate_limiter_duration_seconds.labels(
+        self.metrics.rest_client_rate_limiter_duration_seconds.labels(
             verb=verb, host=self._host_label
         ).observe(waited)
 
     def _record(self, method: str, code: int | str, started: float) -> None:
-        m = self._metrics
+        m = self.metrics
         m.rest_client_requests_total.labels(
             code=str(code), method=method, host=self._host_label
         ).inc()
