@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client, config, dynamic
 
 from kube_agent_sandbox.testing import versions
 from kube_agent_sandbox.testing.waiting import (
     ObjectRef,
+    dynamic_client,
     wait_for_condition,
     wait_for_deletion,
 )
@@ -149,6 +150,10 @@ class ClusterAccess:
                 config_file=str(self.kubeconfig)
             )
         return self._api_client
+
+    def dynamic(self) -> dynamic.DynamicClient:
+        """A DynamicClient for any kind, CRDs included (discovery cached per client)."""
+        return dynamic_client(self.api_client())
 
     def client_configuration(self) -> client.Configuration:
         """A fresh client Configuration for the admin kubeconfig."""

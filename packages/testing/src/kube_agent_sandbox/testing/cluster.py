@@ -31,7 +31,6 @@ from types import TracebackType
 from typing import Any
 
 import yaml
-from kubernetes import dynamic
 
 from kube_agent_sandbox.testing import pki, versions
 from kube_agent_sandbox.testing.access import ClusterAccess, load_crds
@@ -333,9 +332,10 @@ class LocalCluster:
 
     def _etcd_data_dir(self) -> Path:
         shm = Path("/dev/shm")
-        if shm.is_dir() and os.access(shm, os.W_OK):
-            return Path(tempfile.mkdtemp(prefix="agent-sandbox-etcd-", dir=shm))
-        return self._path("etcd-data")
+        if not (shm.is_dir() and os.access(shm, os.W_OK)):
+            return self._path("etcd-data")
+        _remove_stale_etcd_dirs(shm)
+        return Path(tempfile.mkdtemp(prefix=f"{_ETCD_PREFIX}{os.getpid()}-", dir=shm))
 
     def _start_etcd(self) -> None:
         assert self.supervisor is not None
@@ -513,8 +513,7 @@ class LocalCluster:
 
     def _create_nodes(self) -> None:
         assert self.access is not None
-        dyn = dynamic.DynamicClient(self.access.api_client())  # type: ignore[no-untyped-call]
-        nodes = dyn.resources.get(api_version="v1", kind="Node")
+        nodes = self.access.dynamic().resources.get(api_version="v1", kind="Node")
         names = [f"kwok-node-{i}" for i in range(self.options.nodes)]
         for name in names:
             nodes.create(body=kwok_node(name))
@@ -525,6 +524,24 @@ class LocalCluster:
                 "Ready",
                 timeout=self.options.start_timeout,
             )
+
+
+_ETCD_PREFIX = "agent-sandbox-etcd-"
+
+
+def _remove_stale_etcd_dirs(shm: Path) -> None:
+    """Remove etcd data dirs left in memory by clusters whose Python process was killed."""
+    for directory in shm.glob(f"{_ETCD_PREFIX}*-*"):
+        owner = directory.name.removeprefix(_ETCD_PREFIX).split("-", 1)[0]
+        if not owner.isdigit():
+            continue
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            _log.info("removing %s, left by dead process %s", directory, owner)
+            shutil.rmtree(directory, ignore_errors=True)
+        except PermissionError:  # alive, someone else's
+            continue
 
 
 def kwok_node(name: str) -> dict[str, Any]:

@@ -58,6 +58,7 @@ class RunningController:
         """
         self.name = name
         self.error: BaseException | None = None
+        self._error_raised = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._started = threading.Event()
@@ -101,7 +102,8 @@ class RunningController:
 
         Raises:
             TimeoutError: If the controller does not stop in time.
-            BaseException: Whatever the controller raised, other than cancellation.
+            BaseException: Whatever the controller raised, other than cancellation (only
+                the first time ``stop`` is called).
         """
         loop, task = self._loop, self._task
         if loop is not None and task is not None and self._thread.is_alive():
@@ -110,7 +112,8 @@ class RunningController:
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"controller {self.name} did not stop within {timeout:.0f}s")
-        if self.error is not None:
+        if self.error is not None and not self._error_raised:
+            self._error_raised = True  # raise once: a later close() must not raise it again
             raise self.error
 
 

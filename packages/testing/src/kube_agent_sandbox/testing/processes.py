@@ -64,6 +64,20 @@ class ManagedProcess:
         """Whether the process is still running."""
         return self._popen.poll() is None
 
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to exit and return its status.
+
+        Args:
+            timeout: Seconds to wait; forever when None.
+
+        Returns:
+            The exit status.
+
+        Raises:
+            subprocess.TimeoutExpired: If it is still running after ``timeout`` seconds.
+        """
+        return self._popen.wait(timeout=timeout)
+
     def log_tail(self, lines: int = 50) -> str:
         """The last ``lines`` lines of the process's log file."""
         try:

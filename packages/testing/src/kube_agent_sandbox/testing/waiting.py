@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,27 @@ def condition_status(obj: Mapping[str, Any] | None, condition_type: str) -> str 
     return None
 
 
+_DYNAMIC: weakref.WeakKeyDictionary[client.ApiClient, dynamic.DynamicClient] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def dynamic_client(api_client: client.ApiClient) -> dynamic.DynamicClient:
+    """A DynamicClient for ``api_client``, cached so discovery runs once per client.
+
+    Args:
+        api_client: Client for the cluster.
+
+    Returns:
+        The shared DynamicClient (it re-discovers by itself when a kind is unknown).
+    """
+    dyn = _DYNAMIC.get(api_client)
+    if dyn is None:
+        dyn = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
+        _DYNAMIC[api_client] = dyn
+    return dyn
+
+
 def _resource(dyn: dynamic.DynamicClient, ref: ObjectRef) -> Any:
     return dyn.resources.get(api_version=ref.api_version, kind=ref.kind)
 
@@ -101,7 +123,7 @@ def _watch_until(
     what: str,
 ) -> dict[str, Any] | None:
     """List ``ref`` then watch it until ``done(object or None-if-deleted)`` is true."""
-    dyn = dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    dyn = dynamic_client(api_client)
     resource = _resource(dyn, ref)
     selector = f"metadata.name={ref.name}"
     deadline = time.monotonic() + timeout
