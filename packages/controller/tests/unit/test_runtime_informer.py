@@ -286,3 +286,39 @@ async def test_expired_continue_token_restarts_list(api: FakeApi) -> None:
         assert inf.relists == 1
     finally:
         await inf.stop()
+
+
+@pytest.mark.parametrize("compact", [True, False])
+async def test_storage_modes_return_equal_objects(api: FakeApi, compact: bool) -> None:
+    await api.create(CONFIGMAPS, "default", cm("a", team="x"))
+    inf = await started(api, compact=compact)
+    try:
+        first = inf.get("default", "a")
+        assert first is not None
+        assert first["data"] == {"k": "a"}
+        assert inf.list(labels={"team": "x"}) == [first]
+        first["data"]["k"] = "mutated by a careless caller"
+        again = inf.get("default", "a")
+        assert again is not None
+        if compact:  # every read decodes its own copy: the cache is unharmed
+            assert again["data"] == {"k": "a"}
+            assert again is not first
+        else:  # shared dicts: the documented reason not to mutate
+            assert again is first
+    finally:
+        await inf.stop()
+
+
+async def test_relist_without_changes_dispatches_nothing(api: FakeApi) -> None:
+    for name in ("a", "b"):
+        await api.create(CONFIGMAPS, "default", cm(name))
+    inf = await started(api)
+    rec = Recorder()
+    inf.add_event_handler(rec.handler())
+    rec.events.clear()
+    try:
+        api.expire_watches()
+        await until(lambda: inf.relists == 2)
+        assert rec.events == []
+    finally:
+        await inf.stop()

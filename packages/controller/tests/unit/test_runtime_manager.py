@@ -259,3 +259,25 @@ async def test_reader_and_informer_options() -> None:
     with pytest.raises(ValueError, match="already added"):
         mgr.add_controller(Controller("c", for_resource=pods, reconciler=Recording()))
     assert mgr.event_recorder("x").reporting_controller == "x"
+
+
+async def test_manager_serves_the_client_metric_set() -> None:
+    from kube_agent_sandbox.controller.runtime.client import ApiClient
+    from kube_agent_sandbox.controller.runtime.config import ClusterConfig
+    from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+
+    metrics = RuntimeMetrics()
+    client = ApiClient(ClusterConfig(host="http://127.0.0.1:1"), metrics=metrics)
+    mgr = Manager(client, metrics_bind_address="0", health_bind_address="0")
+    assert mgr.metrics is metrics
+    ctrl = Controller("bound", for_resource=THINGS, reconciler=Recording())
+    mgr.add_controller(ctrl)
+    ctrl.queue.add(Request("ns", "x"))
+    assert metrics.registry.get_sample_value("workqueue_adds_total", {"name": "bound"}) == 1
+    explicit = RuntimeMetrics()
+    own = Controller("own", for_resource=THINGS, reconciler=Recording(), metrics=explicit)
+    mgr.add_controller(own)
+    own.queue.add(Request("ns", "x"))
+    assert explicit.registry.get_sample_value("workqueue_adds_total", {"name": "own"}) == 1
+    assert metrics.registry.get_sample_value("workqueue_adds_total", {"name": "own"}) is None
+    await client.close()

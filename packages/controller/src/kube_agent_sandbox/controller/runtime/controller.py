@@ -67,7 +67,8 @@ class Controller:
             owner when it is of the primary's group and kind.
         watches: other resources with a mapper from object to requests.
         rate_limiter: retry policy of the queue (controller-runtime's default if omitted).
-        metrics: metric set; the process default when omitted.
+        metrics: metric set; when omitted, the manager's (see :meth:`use_metrics`), else the
+            process default.
 
     Raises:
         ValueError: if ``workers`` is not positive.
@@ -97,12 +98,30 @@ class Controller:
             o if isinstance(o, tuple) else (o, None) for o in owns
         ]
         self.watches = list(watches)
-        self._metrics = metrics or default_metrics()
-        self.queue: WorkQueue[Request] = WorkQueue(
-            name, rate_limiter=rate_limiter, metrics=self._metrics
-        )
+        self._rate_limiter = rate_limiter
+        self._explicit_metrics = metrics is not None
         self._tasks: list[asyncio.Task[None]] = []
-        m = self._metrics
+        self._bind(metrics or default_metrics())
+
+    def use_metrics(self, metrics: RuntimeMetrics) -> None:
+        """Record into ``metrics`` unless a metric set was given explicitly (before start).
+
+        Raises:
+            RuntimeError: if the controller already runs or has queued work.
+        """
+        if self._explicit_metrics or metrics is self._metrics:
+            return
+        if self._tasks or len(self.queue) or self.queue.delayed():
+            raise RuntimeError("metrics can only be changed before the controller is used")
+        self._bind(metrics)
+
+    def _bind(self, metrics: RuntimeMetrics) -> None:
+        self._metrics = metrics
+        self.queue: WorkQueue[Request] = WorkQueue(
+            self.name, rate_limiter=self._rate_limiter, metrics=metrics
+        )
+        name = self.name
+        m = metrics
         self._m_active = m.active_workers.labels(controller=name)
         self._m_time = m.reconcile_time_seconds.labels(controller=name)
         self._m_errors = m.reconcile_errors_total.labels(controller=name)

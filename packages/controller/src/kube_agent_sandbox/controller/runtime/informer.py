@@ -4,8 +4,11 @@ Reconcilers read from this cache instead of the API server. It LISTs in pages (l
 ``continue``), then WATCHes from the list's resourceVersion with bookmarks; after a dropped
 stream it resumes from the last resourceVersion it saw; when the server answers 410 Gone (the
 version was compacted) it lists again and tells its handlers about every change it missed,
-deletions included. Objects are stored as plain dicts, stripped of ``metadata.managedFields``
-(and whatever a per-resource transform removes) to keep memory small.
+deletions included. Objects are stripped of ``metadata.managedFields`` (and whatever a
+per-resource transform removes) and, by default, kept as compact JSON bytes: a decoded Kubernetes
+object costs 2-4 times its JSON size in Python dicts and strings, and 10k Sandboxes plus their
+Pods must fit in the controller's memory budget. Reads decode (orjson, a few microseconds per
+object) and hand every caller its own copy, so callers cannot corrupt the cache.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from kube_agent_sandbox.controller.runtime.objects import controller_ref, labels_match, meta
 from kube_agent_sandbox.controller.runtime.types import (
@@ -72,6 +78,9 @@ class Informer:
         watch_timeout: a watch asks the server to end after a random time between this and
             twice this (seconds), as client-go does, so connections are renewed.
         retry_backoff: initial delay after a failed list/watch, doubled up to 30 s.
+        compact: store objects as JSON bytes (small; reads decode a copy). False keeps the
+            decoded dicts (faster reads, 2-4x the memory; returned objects are then shared and
+            must not be mutated).
     """
 
     def __init__(
@@ -85,6 +94,7 @@ class Informer:
         page_size: int = 500,
         watch_timeout: float = 300.0,
         retry_backoff: float = 0.8,
+        compact: bool = True,
     ) -> None:
         self.source = source
         self.resource = resource
@@ -94,7 +104,8 @@ class Informer:
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.retry_backoff = retry_backoff
-        self._store: dict[str, dict[str, Obj]] = {}
+        self.compact = compact
+        self._store: dict[str, dict[str, Any]] = {}  # namespace -> name -> packed object
         self._count = 0
         self._indexers: dict[str, IndexFunc] = {OWNER_UID_INDEX: owner_uid_index}
         self._indices: dict[str, dict[str, set[_Key]]] = {OWNER_UID_INDEX: {}}
@@ -119,8 +130,8 @@ class Informer:
         index: dict[str, set[_Key]] = {}
         self._indices[name] = index
         for ns, objs in self._store.items():
-            for nm, obj in objs.items():
-                for value in func(obj):
+            for nm, packed in objs.items():
+                for value in func(self._unpack(packed)):
                     index.setdefault(value, set()).add((ns, nm))
 
     def add_event_handler(self, handler: EventHandler) -> None:
@@ -134,14 +145,19 @@ class Informer:
     def get(self, namespace: str, name: str) -> Obj | None:
         """The cached object, or None."""
         objs = self._store.get(namespace)
-        return objs.get(name) if objs is not None else None
+        if objs is None:
+            return None
+        packed = objs.get(name)
+        return None if packed is None else self._unpack(packed)
 
     def list(
         self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
     ) -> list[Obj]:
         """Cached objects, optionally of one namespace and matching equality ``labels``."""
         if namespace is not None:
-            candidates: Iterable[Obj] = self._store.get(namespace, {}).values()
+            candidates: Iterable[Obj] = map(
+                self._unpack, list(self._store.get(namespace, {}).values())
+            )
         else:
             candidates = self._iter_all()
         if not labels:
@@ -169,7 +185,17 @@ class Informer:
 
     def _iter_all(self) -> Iterable[Obj]:
         for objs in list(self._store.values()):
-            yield from list(objs.values())
+            for packed in list(objs.values()):
+                yield self._unpack(packed)
+
+    def _pack(self, obj: Obj) -> Any:
+        return orjson.dumps(obj) if self.compact else obj
+
+    def _unpack(self, packed: Any) -> Obj:
+        if self.compact:
+            obj: Obj = orjson.loads(packed)
+            return obj
+        return packed  # type: ignore[no-any-return]
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -231,8 +257,9 @@ class Informer:
                 backoff = min(30.0, backoff * 2)
 
     # -- list / watch -----------------------------------------------------------------------
-    async def _list_all(self) -> tuple[builtins.list[Obj], str]:
-        items: builtins.list[Obj] = []
+    async def _list_fresh(self) -> tuple[dict[_Key, Any], str]:
+        """LIST every page, preparing and packing each page as it arrives (bounded peak)."""
+        fresh: dict[_Key, Any] = {}
         cont: str | None = None
         restarted = False
         while True:
@@ -247,24 +274,22 @@ class Informer:
             except ApiError as exc:
                 if exc.gone and cont and not restarted:
                     # The continue token expired mid-list: start over from a fresh snapshot.
-                    items, cont, restarted = [], None, True
+                    fresh, cont, restarted = {}, None, True
                     continue
                 raise
-            items.extend(page.get("items") or ())
+            for item in page.get("items") or ():
+                obj = self._prepare(item)
+                m = meta(obj)
+                fresh[(m.get("namespace") or "", m.get("name") or "")] = self._pack(obj)
             page_meta = page.get("metadata") or {}
             cont = page_meta.get("continue") or None
+            del page
             if not cont:
-                return items, str(page_meta.get("resourceVersion") or "")
+                return fresh, str(page_meta.get("resourceVersion") or "")
 
     async def _relist(self) -> None:
-        raw, rv = await self._list_all()
+        fresh, rv = await self._list_fresh()
         self.relists += 1
-        fresh: dict[_Key, Obj] = {}
-        for item in raw:
-            obj = self._prepare(item)
-            m = meta(obj)
-            fresh[(m.get("namespace") or "", m.get("name") or "")] = obj
-        del raw
         gone = [
             (ns, name)
             for ns, objs in self._store.items()
@@ -275,12 +300,17 @@ class Informer:
             old = self._remove(ns, name)
             if old is not None:
                 self._dispatch_delete(old)
-        for (ns, name), obj in fresh.items():
-            old = self._put(ns, name, obj)
+        for (ns, name), packed in fresh.items():
+            existing = self._store.get(ns, {}).get(name)
+            if existing is not None and existing == packed:
+                continue  # unchanged since we last saw it
+            obj = self._unpack(packed)
+            old = self._put(ns, name, obj, packed)
             if old is None:
                 self._dispatch_add(obj)
-            elif meta(old).get("resourceVersion") != meta(obj).get("resourceVersion"):
+            else:
                 self._dispatch_update(old, obj)
+        del fresh
         self._rv = rv
         if not self._synced.is_set():
             logger.debug("%s: synced %d objects at %s", self.resource.plural, self._count, rv)
@@ -331,12 +361,13 @@ class Informer:
             obj = self.transform(obj)
         return obj
 
-    def _put(self, ns: str, name: str, obj: Obj) -> Obj | None:
+    def _put(self, ns: str, name: str, obj: Obj, packed: Any = None) -> Obj | None:
         objs = self._store.get(ns)
         if objs is None:
             objs = self._store[ns] = {}
-        old = objs.get(name)
-        objs[name] = obj
+        old_packed = objs.get(name)
+        objs[name] = self._pack(obj) if packed is None else packed
+        old = None if old_packed is None else self._unpack(old_packed)
         if old is None:
             self._count += 1
         else:
@@ -348,9 +379,10 @@ class Informer:
         objs = self._store.get(ns)
         if objs is None:
             return None
-        old = objs.pop(name, None)
-        if old is None:
+        old_packed = objs.pop(name, None)
+        if old_packed is None:
             return None
+        old = self._unpack(old_packed)
         if not objs:
             del self._store[ns]
         self._count -= 1

@@ -31,7 +31,7 @@ from kube_agent_sandbox.controller.runtime.leaderelection import (
     LeaderElectionLost,
     LeaderElector,
 )
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
+from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
 from kube_agent_sandbox.controller.runtime.servers import (
     Check,
     HttpServer,
@@ -81,8 +81,9 @@ class Manager:
         leader_election: Lease settings; None disables leader election.
         metrics_bind_address: ``host:port`` of ``/metrics``; ``"0"``/``""`` disables it.
         health_bind_address: ``host:port`` of ``/healthz`` and ``/readyz``; ``"0"`` disables.
-        metrics: metric set whose registry is served; the process default (which clients,
-            queues and controllers built without one also use) when omitted.
+        metrics: metric set whose registry is served. When omitted: the client's metric set
+            (``client.metrics``, so ``rest_client_*`` is served too), else a fresh one.
+            Controllers added without their own metric set record into it.
         graceful_shutdown_timeout: seconds in-flight reconciles get to finish on stop.
         cache_sync_timeout: seconds informers get for their first LIST.
     """
@@ -99,7 +100,10 @@ class Manager:
         cache_sync_timeout: float = 120.0,
     ) -> None:
         self.client = client
-        self.metrics = metrics or default_metrics()
+        client_metrics = getattr(client, "metrics", None)
+        if metrics is None and isinstance(client_metrics, RuntimeMetrics):
+            metrics = client_metrics
+        self.metrics = metrics or RuntimeMetrics()
         self.leader_election = leader_election
         if leader_election is not None:
             leader_election.validate()
@@ -183,6 +187,7 @@ class Manager:
         """
         if any(c.name == controller.name for c in self._controllers):
             raise ValueError(f"controller {controller.name!r} already added")
+        controller.use_metrics(self.metrics)
         controller.register(self.informer)
         self._controllers.append(controller)
 
