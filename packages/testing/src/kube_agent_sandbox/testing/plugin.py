@@ -100,6 +100,11 @@ def _crd_sources(config: pytest.Config) -> list[Path]:
     return [default] if any(default.glob("*.yaml")) else []
 
 
+def _path(config: pytest.Config, option: str) -> Path | None:
+    value = config.getoption(option, None)
+    return Path(value) if value else None
+
+
 def provider_options(config: pytest.Config) -> tuple[str, ProviderOptions]:
     """The provider name and its options from the command line and environment.
 
@@ -116,11 +121,14 @@ def provider_options(config: pytest.Config) -> tuple[str, ProviderOptions]:
         crds=_crd_sources(config),
         nodes=config.getoption("cluster_nodes"),
         workdir=config.getoption("cluster_workdir"),
+        # pytest-kind's own options (--kind-bin, ...) count too when it is installed.
         kind_name=config.getoption("cluster_kind_name"),
-        kind_bin=config.getoption("cluster_kind_bin"),
-        kind_kubectl_bin=config.getoption("cluster_kind_kubectl_bin"),
-        kind_image=config.getoption("cluster_kind_image"),
-        keep_cluster=config.getoption("cluster_keep"),
+        kind_bin=config.getoption("cluster_kind_bin") or _path(config, "kind_bin"),
+        kind_kubectl_bin=(
+            config.getoption("cluster_kind_kubectl_bin") or _path(config, "kind_kubectl_bin")
+        ),
+        kind_image=config.getoption("cluster_kind_image") or config.getoption("kind_image", None),
+        keep_cluster=config.getoption("cluster_keep") or config.getoption("keep_cluster", False),
         kubeconfig=config.getoption("cluster_kubeconfig"),
     )
     return provider, options

@@ -130,9 +130,12 @@ def _start_kind(options: ProviderOptions) -> ProvidedCluster:
         ) from err
     if shutil.which("docker") is None and shutil.which("podman") is None:
         raise PrerequisiteError("provider 'kind' needs a container engine (docker or podman)")
+    on_path = shutil.which("kind")
+    kubectl = options.kind_kubectl_bin or find_kubectl()
     wanted: dict[str, Any] = {
-        "kind_path": options.kind_bin,
-        "kubectl_path": options.kind_kubectl_bin,
+        # Without a local kind, pytest-kind downloads one (needs GitHub access).
+        "kind_path": options.kind_bin or (Path(on_path) if on_path else None),
+        "kubectl_path": kubectl,
         "image": options.kind_image,
     }
     accepted = inspect.signature(KindCluster).parameters
@@ -144,7 +147,6 @@ def _start_kind(options: ProviderOptions) -> ProvidedCluster:
         )
     kind = KindCluster(options.kind_name, **kwargs)
     kind.create()
-    kubectl = Path(kind.kubectl_path) if getattr(kind, "kubectl_path", None) else None
     access = ClusterAccess(Path(kind.kubeconfig_path), provider="kind", kubectl=kubectl)
 
     def stop() -> None:
