@@ -1,0 +1,125 @@
+"""e2e suite: the controller deployed into a local cluster with a real node, as users run it.
+
+The session starts the local control plane plus a real node (kubelet, containerd, runc, CNI
+bridge, kube-proxy), builds the controller image from this checkout without Docker, deploys it
+with ``kubectl apply -k manifests/`` and hands the cluster to the project's pytest plugin by
+overriding its session cluster fixture, so ``cluster`` and ``namespace`` work as everywhere.
+Missing prerequisites skip locally and fail under ``CI=true`` (``plugin.unavailable``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kube_agent_sandbox.testing.access import load_manifests
+from kube_agent_sandbox.testing.node.cluster import (
+    DeployedController,
+    RealNodeCluster,
+    RealNodeClusterOptions,
+    deploy_controller,
+)
+from kube_agent_sandbox.testing.node.realnode import RealNode, missing_prerequisites
+from kube_agent_sandbox.testing.plugin import provider_options, unavailable
+from kube_agent_sandbox.testing.providers import ProvidedCluster
+
+_log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CRDS = REPO_ROOT / "manifests" / "crds"
+_LOG_LINES = 60
+_ENVIRONMENT = pytest.StashKey["RealNodeEnvironment"]()
+
+
+@dataclass
+class RealNodeEnvironment:
+    """The running real-node cluster with the controller deployed in it."""
+
+    cluster: RealNodeCluster
+    controller: DeployedController
+    python_image: str
+
+    @property
+    def node(self) -> RealNode:
+        """The real node."""
+        return self.cluster.node
+
+
+@pytest.fixture(scope="session")
+def real_node_environment(request: pytest.FixtureRequest) -> Iterator[RealNodeEnvironment]:
+    """Start the real-node cluster and deploy the controller (once per session)."""
+    provider, _ = provider_options(request.config)
+    if provider != "local":
+        unavailable(f"the e2e suite runs on the local provider's real node, not {provider!r}")
+    reasons = missing_prerequisites()
+    if reasons:
+        unavailable("real node unavailable: " + "; ".join(reasons))
+    if not any(CRDS.glob("*.yaml")):
+        unavailable(f"no CRDs in {CRDS}: run `nox -s generate`")
+    cluster = RealNodeCluster(RealNodeClusterOptions(crds=[CRDS]))
+    try:
+        access = cluster.start()
+        controller = deploy_controller(access, cluster.node, repo_root=REPO_ROOT)
+        assert cluster.node.python_image is not None
+        environment = RealNodeEnvironment(
+            cluster=cluster,
+            controller=controller,
+            python_image=cluster.node.python_image.reference,
+        )
+        _log.info("real-node cluster %s, controller %s", cluster.timings, controller.timings)
+        request.config.stash[_ENVIRONMENT] = environment
+        yield environment
+    finally:
+        if _ENVIRONMENT in request.config.stash:
+            del request.config.stash[_ENVIRONMENT]
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def _provided_cluster(real_node_environment: RealNodeEnvironment) -> ProvidedCluster:
+    """The plugin's session cluster, replaced by the real-node cluster for this suite."""
+    cluster = real_node_environment.cluster
+    assert cluster.access is not None
+    return ProvidedCluster(
+        access=cluster.access,
+        stop=lambda: None,  # the environment fixture stops it
+        local=cluster.local,
+        crd_names=[
+            str(doc["metadata"]["name"])
+            for doc in load_manifests(CRDS)
+            if doc.get("kind") == "CustomResourceDefinition"
+        ],
+    )
+
+
+@pytest.fixture
+def python_image(real_node_environment: RealNodeEnvironment) -> str:
+    """Reference of the Python image present on the node (no registry needed)."""
+    return real_node_environment.python_image
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the control plane's, the node's and the controller's logs to a failing test."""
+    report = yield
+    environment = item.config.stash.get(_ENVIRONMENT, None)
+    if report.failed and environment is not None and environment.cluster.access is not None:
+        access = environment.cluster.access
+        for name, tail in access.log_tails(_LOG_LINES).items():
+            report.sections.append((f"cluster log: {name} (last {_LOG_LINES} lines)", tail))
+        logs = access.kubectl(
+            "-n",
+            "agent-sandbox-system",
+            "logs",
+            "deployment/agent-sandbox-controller",
+            f"--tail={_LOG_LINES}",
+            check=False,
+        )
+        report.sections.append(("controller log", logs.stdout + logs.stderr))
+    return report

@@ -1,0 +1,53 @@
+"""RuntimeClass on a real node: the Sandbox's runtimeClassName picks the containerd handler."""
+
+from __future__ import annotations
+
+import pytest
+
+from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.node.containerd import ALTERNATE_RUNTIME
+from kube_agent_sandbox.testing.node.workload import SandboxHandle, sandbox_manifest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+
+
+def _container_id(pod: dict[str, object]) -> str:
+    status = pod["status"]
+    assert isinstance(status, dict)
+    container_id = str(status["containerStatuses"][0]["containerID"])
+    assert container_id.startswith("containerd://")
+    return container_id.removeprefix("containerd://")
+
+
+def test_runtime_class_name_runs_the_pod_with_the_second_handler(
+    cluster: ClusterAccess, namespace: str, python_image: str, real_node_environment: object
+) -> None:
+    node = real_node_environment.node  # type: ignore[attr-defined]
+    calls = node.runtime_calls_file(ALTERNATE_RUNTIME)
+    manifest = sandbox_manifest(
+        "alt",
+        image=python_image,
+        command=["python3", "-c", "import time; time.sleep(3600)"],
+        runtime_class=ALTERNATE_RUNTIME,
+    )
+    handle = SandboxHandle.create(cluster.api_client(), namespace, manifest)
+    handle.wait_condition("Ready")
+
+    pod = handle.pod()
+    assert pod["spec"]["runtimeClassName"] == ALTERNATE_RUNTIME
+    assert _container_id(pod) in calls.read_text()
+
+
+def test_the_default_handler_does_not_go_through_the_second_one(
+    cluster: ClusterAccess, namespace: str, python_image: str, real_node_environment: object
+) -> None:
+    node = real_node_environment.node  # type: ignore[attr-defined]
+    calls = node.runtime_calls_file(ALTERNATE_RUNTIME)
+    manifest = sandbox_manifest(
+        "default", image=python_image, command=["python3", "-c", "import time; time.sleep(3600)"]
+    )
+    handle = SandboxHandle.create(cluster.api_client(), namespace, manifest)
+    handle.wait_condition("Ready")
+
+    recorded = calls.read_text() if calls.exists() else ""
+    assert _container_id(handle.pod()) not in recorded
