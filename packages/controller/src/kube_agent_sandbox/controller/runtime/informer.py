@@ -189,7 +189,11 @@ class Informer:
                 yield self._unpack(packed)
 
     def _pack(self, obj: Obj) -> Any:
-        return orjson.dumps(obj) if self.compact else obj
+        if not self.compact:
+            return obj
+        # orjson's result keeps its growth buffer (4-8 KiB allocated for 1 KiB of JSON); an
+        # exact-size copy is what makes compact storage compact.
+        return bytes(memoryview(orjson.dumps(obj)))
 
     def _unpack(self, packed: Any) -> Obj:
         if self.compact:
