@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
+
+import aiohttp
 
 from benchlib import promtext
 from benchlib.clusterenv import NAMESPACE, BenchCluster, controller_log_errors
 from benchlib.ops import BatchOutcome, percentile, run_bounded
-from benchlib.procstats import MIB, ProcessSampler
+from benchlib.procstats import MIB, ProcessSampler, read_sample
 from benchlib.report import BenchResult, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 TARGET_MIB = 150.0
 TARGET_OBJECTS = 10_000
 CONTROLLER = "sandbox"
+_WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 
 
 def run(
@@ -116,6 +120,7 @@ class _Phases:
         self.names = [f"sbx-{i:05d}" for i in range(sandboxes)]
         self.client: ApiClient | None = None
         self.tracker: SandboxTracker | None = None
+        self.idle_rss: int | None = None
 
     async def run(
         self,
@@ -133,6 +138,7 @@ class _Phases:
                 sampler = ProcessSampler(self.controller.pid, interval=1.0)
                 sampler.start()
                 idle = sampler.sample()
+                self.idle_rss = idle.rss if idle is not None else None
                 if idle is not None:
                     self.result.add("controller RSS idle (no objects)", idle.rss / MIB, "MiB")
                 all_ready = await self._create(sampler, ready_timeout)
@@ -153,6 +159,8 @@ class _Phases:
         client, tracker, result = self.client, self.tracker, self.result
         before = sampler.sample()
         cpu0 = before.cpu_seconds if before else 0.0
+        components0 = self._component_cpu()
+        api0 = await self._apiserver_requests()
 
         async def create(name: str) -> None:
             await client.create(SANDBOXES, NAMESPACE, sandbox_manifest(name))
@@ -169,6 +177,28 @@ class _Phases:
         outcome: BatchOutcome = await creating
         ready_at = time.monotonic()
         total = ready_at - outcome.started
+        components1 = self._component_cpu()
+        result.details["cpu_seconds_by_process_create_phase"] = {
+            name: round(components1[name] - components0.get(name, 0.0), 2) for name in components1
+        }
+        spent = result.details["cpu_seconds_by_process_create_phase"]
+        result.notes.append(
+            f"CPU seconds in the create phase ({total:.0f} s wall, {os.cpu_count()} CPUs): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(spent.items(), key=lambda i: -i[1]))
+        )
+        api1 = await self._apiserver_requests()
+        writes = {
+            key: round(count - api0.get(key, 0.0))
+            for key, count in api1.items()
+            if count - api0.get(key, 0.0) >= 1 and key.split()[0] in _WRITE_VERBS
+        }
+        result.details["apiserver_writes_create_phase"] = writes
+        result.notes.append(
+            "API server writes in the create phase (all clients), per Sandbox: "
+            + ", ".join(
+                f"{k} {v / self.n:.2f}" for k, v in sorted(writes.items(), key=lambda i: -i[1])
+            )
+        )
         result.add("Sandboxes created", self.n - len(outcome.failures), "")
         result.add("create rate (client)", outcome.rate, "creates/s",
                    note=f"{self.concurrency} in flight; {outcome.retries} retries")  # fmt: skip
@@ -230,8 +260,8 @@ class _Phases:
             result.add("controller peak RSS (VmHWM)", sampler.peak_rss / MIB, "MiB",
                        target=f"<= {TARGET_MIB:.0f} MiB" if self.n == TARGET_OBJECTS else None,
                        check=at_most(TARGET_MIB))  # fmt: skip
-            if self.n != TARGET_OBJECTS and idle_rss(sampler) is not None:
-                idle = idle_rss(sampler) or 0
+            if self.n != TARGET_OBJECTS and self.idle_rss is not None:
+                idle = self.idle_rss
                 per_object = (steady.rss - idle) / self.n
                 projected = (idle + per_object * TARGET_OBJECTS) / MIB
                 result.add("controller RSS per Sandbox (+ its Pod)", per_object, "B")
@@ -246,6 +276,46 @@ class _Phases:
             result.add("controller CPU for the create phase", cpu, "CPU s")
             result.add("controller CPU per Sandbox", cpu / self.n * 1000, "CPU ms")
         return done
+
+    async def _apiserver_requests(self) -> dict[str, float]:
+        """kube-apiserver's request counter summed by ``VERB resource[/subresource]``."""
+        assert self.client is not None
+        cfg = self.client.config
+        try:
+            async with (
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(ssl=cfg.ssl_context or True)
+                ) as session,
+                session.get(cfg.host + "/metrics", headers=cfg.auth_headers()) as response,
+            ):
+                scrape = promtext.Scrape(await response.text())
+        except Exception as err:  # diagnostics only
+            log.warning("cannot read kube-apiserver metrics: %s", err)
+            return {}
+        out: dict[str, float] = {}
+        for sample in scrape.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            key = f"{labels.get('verb', '')} {resource}"
+            out[key] = out.get(key, 0.0) + sample.value
+        return out
+
+    def _component_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of every cluster component, the controller and this process."""
+        pids = {p.name: p.pid for p in self.env.cluster.processes()} if self.env.cluster else {}
+        pids["controller"] = self.controller.pid
+        pids["bench-driver"] = os.getpid()
+        out: dict[str, float] = {}
+        for name, pid in pids.items():
+            try:
+                out[name] = read_sample(pid).cpu_seconds
+            except ProcessLookupError:
+                continue
+        return out
 
     async def _until_idle(self, *, within: float) -> None:
         deadline = time.monotonic() + within
@@ -309,6 +379,17 @@ class _Phases:
             result.add("restart: controller peak RSS (VmHWM)", sampler.peak_rss / MIB, "MiB",
                        target=target, check=at_most(TARGET_MIB))  # fmt: skip
             result.add("restart: controller CPU to resync", last.cpu_seconds, "CPU s")
+            if self.n != TARGET_OBJECTS and self.idle_rss is not None:
+                per_object = (last.rss - self.idle_rss) / self.n
+                result.add("restart: RSS per Sandbox (+ its Pod)", per_object, "B")
+                result.add(
+                    "EXTRAPOLATED RSS at 10k after a restart",
+                    (self.idle_rss + per_object * TARGET_OBJECTS) / MIB,
+                    "MiB",
+                    target=f"<= {TARGET_MIB:.0f} MiB",
+                    check=at_most(TARGET_MIB),
+                    note=f"linear from idle and {self.n:,} objects; not measured",
+                )
 
     # -- suspend / resume -------------------------------------------------------------------
     async def _suspend_resume(self, count: int, within: float) -> None:
@@ -376,8 +457,6 @@ class _Phases:
         )
         await asyncio.sleep(5)
         try:
-            from benchlib.procstats import read_sample
-
             after = read_sample(self.controller.pid)
             result.add("controller RSS after deleting all", after.rss / MIB, "MiB")
         except ProcessLookupError:
@@ -395,11 +474,6 @@ class _Phases:
                 return 0
             await asyncio.sleep(1)
         return left
-
-
-def idle_rss(sampler: ProcessSampler) -> int | None:
-    """RSS of the first sample (the controller before any Sandbox existed)."""
-    return sampler.samples[0].rss if sampler.samples else None
 
 
 def _ms(seconds: float | None) -> float | None:
