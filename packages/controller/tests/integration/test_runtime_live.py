@@ -11,6 +11,7 @@ import pytest
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.controller import Controller
+from kube_agent_sandbox.controller.runtime.events import EVENTS, EventSink
 from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
 from kube_agent_sandbox.controller.runtime.leaderelection import LEASES, LeaderElectionConfig
 from kube_agent_sandbox.controller.runtime.manager import Manager
@@ -253,3 +254,27 @@ async def test_leader_election_with_two_managers(cluster: ClusterAccess, namespa
             mgr.request_stop()
         for api in clients:
             await api.close()
+
+
+async def test_events_are_accepted_and_aggregated(client: ApiClient, namespace: str) -> None:
+    subject = await client.create(CONFIGMAPS, namespace, cm("subject"))
+    subject.setdefault("kind", "ConfigMap")
+    subject.setdefault("apiVersion", "v1")
+    sink = EventSink(client, hostname="it-host")
+    rec = sink.recorder("runtime-test-controller")
+    rec.event(subject, type_="Normal", reason="Tested", action="Test", note="first")
+    await sink.flush()
+    for _ in range(2):
+        rec.event(subject, type_="Normal", reason="Tested", action="Test", note="first")
+    rec.event(subject, type_="Warning", reason="Broken", action="Test", note="second")
+    await sink.flush()
+    page = await client.list(EVENTS, namespace)
+    events = {e["reason"]: e for e in page["items"]}
+    assert set(events) == {"Tested", "Broken"}
+    tested = events["Tested"]
+    assert tested["regarding"]["uid"] == subject["metadata"]["uid"]
+    assert tested["reportingController"] == "runtime-test-controller"
+    assert tested["reportingInstance"] == "runtime-test-controller-it-host"
+    assert tested["action"] == "Test"
+    assert tested["series"]["count"] == 3
+    assert events["Broken"]["type"] == "Warning"
