@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -179,12 +180,36 @@ def environment() -> dict[str, Any]:
     except OSError:
         pass
     return {
+        "git": _git_version(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "memory_bytes": mem_total,
         "loadavg_at_end": [round(x, 2) for x in load],
     }
+
+
+def _git_version() -> str:
+    """The checked-out commit, with ``-dirty`` when the controller's sources differ from it."""
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--", "packages/controller/src"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
 
 
 def render_markdown(results: Sequence[BenchResult], *, started: dt.datetime) -> str:
@@ -194,7 +219,8 @@ def render_markdown(results: Sequence[BenchResult], *, started: dt.datetime) -> 
         f"# Benchmark report {started.strftime('%Y-%m-%d %H:%M:%S UTC')}",
         "",
         f"Machine: {env['cpus']} CPUs, {env['memory_bytes'] / 2**30:.1f} GiB, "
-        f"Python {env['python']}, load average at the end {env['loadavg_at_end']}.",
+        f"Python {env['python']}, load average at the end {env['loadavg_at_end']}, "
+        f"commit {env['git']}.",
         "Targets are reported as PASS/MISS; missing one does not fail the run.",
     ]
     for result in results:
