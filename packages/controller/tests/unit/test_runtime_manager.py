@@ -212,7 +212,7 @@ async def test_losing_the_lease_stops_controllers_and_raises() -> None:
         await asyncio.wait_for(run, 10)
     assert log == ["start leader", "stop leader"]
     assert mgr.controllers_started.is_set()
-    assert all(c.queue.shutting_down for c in mgr._controllers)
+    assert all(c.queue.shutting_down for c in mgr.controllers)
 
 
 async def test_graceful_stop_finishes_in_flight_reconcile() -> None:
@@ -281,3 +281,20 @@ async def test_manager_serves_the_client_metric_set() -> None:
     assert explicit.registry.get_sample_value("workqueue_adds_total", {"name": "own"}) == 1
     assert metrics.registry.get_sample_value("workqueue_adds_total", {"name": "own"}) is None
     await client.close()
+
+
+async def test_sigterm_stops_gracefully() -> None:
+    import os
+    import signal
+
+    api = FakeApi()
+    await api.create(THINGS, "ns", {"metadata": {"name": "t1"}})
+    rec = Recording()
+    mgr = manager(api, rec, identity="sig")
+    run = asyncio.create_task(mgr.run_until_signal())
+    await until(lambda: Request("ns", "t1") in rec.finished)
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.wait_for(run, 10)
+    lease = await api.get(LEASES, "sys", "mgr-lock")
+    assert lease["spec"]["holderIdentity"] == ""  # released on the way out
+    assert all(c.queue.shutting_down for c in mgr.controllers)

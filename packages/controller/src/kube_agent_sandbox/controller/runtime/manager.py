@@ -133,6 +133,11 @@ class Manager:
         """Set once caches synced and controllers run."""
 
     @property
+    def controllers(self) -> tuple[Controller, ...]:
+        """The controllers added so far."""
+        return tuple(self._controllers)
+
+    @property
     def registry(self) -> CollectorRegistry:
         """The Prometheus registry served at ``/metrics``: register custom collectors here."""
         return self.metrics.registry
