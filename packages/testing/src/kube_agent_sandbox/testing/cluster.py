@@ -226,18 +226,21 @@ class LocalCluster:
                 if opts.nodes > 0:
                     self._start_kwok(stage_files)
                 access.log_files = {p.name: p.log_path for p in self.supervisor.processes}
+                # Register the nodes first, so kwok readies them while the controller
+                # manager's service-account controllers catch up.
+                node_names = self._create_nodes() if opts.nodes > 0 else []
                 self._timed("default-serviceaccount", self._wait_default_service_account)
-                if opts.nodes > 0:
-                    self._timed("nodes", self._create_nodes)
+                self._timed("nodes-ready", lambda: self._wait_nodes_ready(node_names))
         except BaseException:
             self.stop()
             raise
         self.timings["total"] = time.monotonic() - started
         _log.info(
-            "local cluster ready in %.1fs at %s (kubeconfig %s)",
+            "local cluster ready in %.1fs at %s (kubeconfig %s; %s)",
             self.timings["total"],
             self.server,
             access.kubeconfig,
+            ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items() if k != "total"),
         )
         return access
 
@@ -511,12 +514,16 @@ class LocalCluster:
             what="created by kube-controller-manager",
         )
 
-    def _create_nodes(self) -> None:
+    def _create_nodes(self) -> list[str]:
         assert self.access is not None
         nodes = self.access.dynamic().resources.get(api_version="v1", kind="Node")
         names = [f"kwok-node-{i}" for i in range(self.options.nodes)]
         for name in names:
             nodes.create(body=kwok_node(name))
+        return names
+
+    def _wait_nodes_ready(self, names: Sequence[str]) -> None:
+        assert self.access is not None
         for name in names:
             wait_for_condition(
                 self.access.api_client(),
