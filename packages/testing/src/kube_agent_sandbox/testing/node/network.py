@@ -140,6 +140,18 @@ class HostNetworkSetup:
         """Whether the bridge interface exists."""
         return _ip("link", "show", self.network.bridge, check=False).returncode == 0
 
+    def remove_stale_bridge(self) -> bool:
+        """Delete a bridge left by a run that died (call only while holding the machine lock).
+
+        Returns:
+            Whether a stale bridge was removed.
+        """
+        if not self.bridge_exists():
+            return False
+        _log.warning("removing network interface %s left by an earlier run", self.network.bridge)
+        _ip("link", "delete", self.network.bridge)
+        return True
+
     def setup(self) -> None:
         """Create the bridge with the gateway address and set the node's kernel settings.
 

@@ -240,8 +240,10 @@ class RealNode:
 
     def _prepare_locked(self) -> None:
         begin = time.monotonic()
+        sweep_leftovers(self.options.bin_dir)
+        self._network.remove_stale_bridge()
         if self.options.workdir is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="asb-node-", dir="/tmp"))
+            self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir="/tmp"))
             self._tmp = True
         else:
             self.workdir = self.options.workdir
@@ -575,6 +577,42 @@ class RealNode:
         if self._tmp and not self.options.keep_workdir and self.workdir != Path():
             shutil.rmtree(self.workdir, ignore_errors=True)
             self._tmp = False
+
+
+WORKDIR_PREFIX = "asb-node-"
+
+
+def sweep_leftovers(bin_dir: Path, *, tmp_root: Path = Path("/tmp")) -> None:
+    """Clean up after real nodes whose harness died without stopping them.
+
+    Called with the machine lock held, so no other node is running: containers still running
+    from an earlier work folder are killed (through runc's state there), their shims too, its
+    mounts released, and kube-proxy's iptables rules removed. The folders themselves stay (they
+    hold the dead run's logs).
+
+    Args:
+        bin_dir: Folder of kube-proxy (for ``--cleanup``).
+        tmp_root: Where temporary work folders are created.
+    """
+    swept = False
+    for folder in sorted(tmp_root.glob(f"{WORKDIR_PREFIX}*")):
+        layout = ContainerdLayout(folder / "containerd")
+        if not layout.runc_root.is_dir():
+            continue
+        stale = Containerd(
+            layout,
+            ContainerdSettings(sandbox_image="unused:0"),
+            supervisor=ProcessSupervisor(folder / "sweep-logs", die_with_parent=False),
+        )
+        stale.remove_all_containers()
+        stale.kill_leftover_shims()
+        unmount_below(folder)
+        swept = True
+    kube_proxy = bin_dir / "kube-proxy"
+    if swept and os.access(kube_proxy, os.X_OK):
+        subprocess.run(
+            kube_proxy_cleanup_command(kube_proxy), capture_output=True, timeout=60, check=False
+        )
 
 
 def _remove_kubepods_cgroups() -> None:
