@@ -322,3 +322,37 @@ async def test_relist_without_changes_dispatches_nothing(api: FakeApi) -> None:
         assert rec.events == []
     finally:
         await inf.stop()
+
+
+async def test_too_large_resource_version_triggers_relist(api: FakeApi) -> None:
+    await api.create(CONFIGMAPS, "default", cm("a"))
+    api.errors[("watch", "configmaps")] = ApiError(
+        504, "Timeout", "Too large resource version: 900, current: 12"
+    )
+    inf = Informer(api, CONFIGMAPS, retry_backoff=0.001)
+    inf.start()
+    try:
+        await until(lambda: inf.relists == 2)
+        await until(lambda: api.watch_count > 0)
+    finally:
+        await inf.stop()
+
+
+async def test_watches_ended_at_once_are_retried_with_backoff(api: FakeApi) -> None:
+    def end_every_watch(verb: str, *_: object) -> None:
+        if verb == "watch":
+            asyncio.get_running_loop().call_soon(api.drop_watches)
+
+    api.on_request = end_every_watch
+    inf = Informer(api, CONFIGMAPS, retry_backoff=30.0)
+    inf.start()
+    try:
+        async with asyncio.timeout(5):
+            await inf.wait_for_sync()
+        for _ in range(200):
+            await asyncio.sleep(0)
+        # the first empty, instantly closed watch puts the informer to sleep (30 s backoff)
+        assert [c[0] for c in api.calls].count("watch") == 1
+    finally:
+        await inf.stop()
+    assert api.watch_count == 0  # the stream was closed when the informer stopped

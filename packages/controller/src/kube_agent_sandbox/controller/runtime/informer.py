@@ -18,6 +18,7 @@ import builtins
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,11 @@ Transform = Callable[[Obj], Obj]
 """Rewrites an object before it is cached (may mutate and return its argument)."""
 
 _Key = tuple[str, str]
+
+
+def _too_large_resource_version(exc: ApiError) -> bool:
+    """The server is behind the requested resourceVersion (e.g. a restarted watch cache)."""
+    return exc.status == 504 and "too large resource version" in exc.message.lower()
 
 
 def owner_uid_index(obj: Obj) -> Iterable[str]:
@@ -239,12 +245,21 @@ class Informer:
             try:
                 if self._rv is None:
                     await self._relist()
-                await self._watch()
-                backoff = self.retry_backoff
+                started = time.monotonic()
+                events = await self._watch()
+                if events == 0 and time.monotonic() - started < 1.0:
+                    # the server ends our watches at once: do not hammer it
+                    await asyncio.sleep(backoff * random.uniform(1.0, 1.2))
+                    backoff = min(30.0, backoff * 2)
+                else:
+                    backoff = self.retry_backoff
             except ApiError as exc:
-                if exc.gone:
+                if exc.gone or _too_large_resource_version(exc):
                     logger.info(
-                        "%s: resourceVersion %s expired, relisting", self.resource.plural, self._rv
+                        "%s: cannot watch from resourceVersion %s (%s), relisting",
+                        self.resource.plural,
+                        self._rv,
+                        exc.reason,
                     )
                     self._rv = None
                     continue
@@ -320,7 +335,8 @@ class Informer:
             logger.debug("%s: synced %d objects at %s", self.resource.plural, self._count, rv)
             self._synced.set()
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> int:
+        """Watch from the last resourceVersion until the stream ends; returns events seen."""
         timeout = int(self.watch_timeout * random.uniform(1.0, 2.0))
         stream = self.source.watch(
             self.resource,
@@ -330,27 +346,36 @@ class Informer:
             allow_bookmarks=True,
             timeout_seconds=max(1, timeout),
         )
-        async for event in stream:
-            if event.type == "BOOKMARK":
-                rv = meta(event.object).get("resourceVersion")
+        seen = 0
+        try:
+            async for event in stream:
+                seen += 1
+                if event.type == "BOOKMARK":
+                    rv = meta(event.object).get("resourceVersion")
+                    if rv:
+                        self._rv = str(rv)
+                    continue
+                obj = self._prepare(event.object)
+                m = meta(obj)
+                ns, name = m.get("namespace") or "", m.get("name") or ""
+                if event.type == "DELETED":
+                    self._remove(ns, name)
+                    self._dispatch_delete(obj)
+                else:
+                    old = self._put(ns, name, obj)
+                    if old is None:
+                        self._dispatch_add(obj)
+                    else:
+                        self._dispatch_update(old, obj)
+                rv = m.get("resourceVersion")
                 if rv:
                     self._rv = str(rv)
-                continue
-            obj = self._prepare(event.object)
-            m = meta(obj)
-            ns, name = m.get("namespace") or "", m.get("name") or ""
-            if event.type == "DELETED":
-                self._remove(ns, name)
-                self._dispatch_delete(obj)
-            else:
-                old = self._put(ns, name, obj)
-                if old is None:
-                    self._dispatch_add(obj)
-                else:
-                    self._dispatch_update(old, obj)
-            rv = m.get("resourceVersion")
-            if rv:
-                self._rv = str(rv)
+        finally:
+            # close the stream now (and its HTTP response), not whenever it is collected
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return seen
 
     # -- store ------------------------------------------------------------------------------
     def _prepare(self, obj: Obj) -> Obj:
