@@ -105,3 +105,30 @@ def test_incluster_outside_a_pod_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     with pytest.raises(ConfigError, match="not running in a cluster"):
         load_incluster()
+
+
+def test_incluster_token_rotation_is_picked_up(tmp_path: Path, ca: CertificateAuthority) -> None:
+    import datetime
+
+    from kubernetes import client as k8s_client
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    from kube_agent_sandbox.controller.runtime.config import from_kubernetes_configuration
+
+    token, cert = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("first")
+    cert.write_bytes(ca.key_pair.cert_pem)
+    loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
+        str(token),
+        str(cert),
+        environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+    )
+    configuration = k8s_client.Configuration()
+    loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+    cfg = from_kubernetes_configuration(configuration, namespace="sys")
+    assert cfg.host == "https://10.0.0.1:443"
+    assert cfg.auth_headers()["Authorization"].lower() == "bearer first"
+    token.write_text("second")
+    assert cfg.auth_headers()["Authorization"].lower() == "bearer first"  # cached until it expires
+    loader.token_expires_at = datetime.datetime.now()
+    assert cfg.auth_headers()["Authorization"].lower() == "bearer second"

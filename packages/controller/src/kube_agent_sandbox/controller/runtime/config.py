@@ -49,14 +49,18 @@ class ClusterConfig:
         cfg = self.source
         if cfg is None:
             return headers
+        hook = cfg.refresh_api_key_hook
+        if hook is not None:  # rotates in-cluster tokens, re-runs expired exec plugins
+            hook(cfg)
         # kubernetes >= 30 stores tokens under "BearerToken" (value "Bearer ..."), older
-        # releases under "authorization"; both refresh through the same hook.
-        token = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
-            "authorization"
-        )
-        if token:
-            headers["Authorization"] = token
-        elif cfg.username or cfg.password:
+        # releases under "authorization".
+        for key_name in ("BearerToken", "authorization"):
+            key = cfg.api_key.get(key_name)
+            if key:
+                prefix = cfg.api_key_prefix.get(key_name)
+                headers["Authorization"] = f"{prefix} {key}" if prefix else str(key)
+                return headers
+        if cfg.username or cfg.password:
             headers["Authorization"] = cfg.get_basic_auth_token()
         return headers
 
