@@ -16,7 +16,12 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import normalize_rules
 from kube_agent_sandbox.controller.sandbox.expiry import check_expiry, parse_time
 from kube_agent_sandbox.controller.sandbox.mergepatch import apply_merge_patch, create_merge_patch
-from kube_agent_sandbox.controller.sandbox.metrics import SandboxCollector, sandbox_labels
+from kube_agent_sandbox.controller.sandbox.metrics import (
+    LABEL_NAMES,
+    SandboxCollector,
+    register_collector,
+    sandbox_labels,
+)
 from kube_agent_sandbox.controller.sandbox.pod import (
     merge_volume_claim_volumes,
     pod_name_hash_index,
@@ -456,3 +461,15 @@ class TestMetrics:
             )
             == 1.0
         )
+
+    def test_registering_twice_retargets_the_collector(self) -> None:
+        first, second = FakeCluster(), FakeCluster()
+        first.add(SANDBOXES, make_sandbox("a"))
+        for name in ("b", "c"):
+            second.add(SANDBOXES, make_sandbox(name))
+        registry = CollectorRegistry()
+        one = register_collector(registry, first.readers()["sandboxes"])
+        two = register_collector(registry, second.readers()["sandboxes"])
+        assert one is two
+        labels = dict(zip(LABEL_NAMES, sandbox_labels(make_sandbox()), strict=True))
+        assert registry.get_sample_value("agent_sandboxes", labels) == 2.0

@@ -8,12 +8,13 @@ costs one pass over an in-memory list.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from typing import Final
 
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime.types import Obj, Reader
@@ -75,7 +76,7 @@ class SandboxCollector(Collector):
     """
 
     def __init__(self, sandboxes: Reader) -> None:
-        self._sandboxes = sandboxes
+        self.sandboxes = sandboxes
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield the gauge family with one sample per label combination."""
@@ -83,7 +84,7 @@ class SandboxCollector(Collector):
             METRIC_NAME, "Number of Sandboxes per state", labels=list(LABEL_NAMES)
         )
         try:
-            counts = Counter(sandbox_labels(s) for s in self._sandboxes.list())
+            counts = Counter(sandbox_labels(s) for s in self.sandboxes.list())
         except Exception:
             log.exception("cannot list sandboxes for the %s metric", METRIC_NAME)
             counts = Counter()
@@ -96,3 +97,32 @@ class SandboxCollector(Collector):
         yield GaugeMetricFamily(
             METRIC_NAME, "Number of Sandboxes per state", labels=list(LABEL_NAMES)
         )
+
+
+_REGISTERED: weakref.WeakKeyDictionary[CollectorRegistry, SandboxCollector] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def register_collector(registry: CollectorRegistry, sandboxes: Reader) -> SandboxCollector:
+    """Register the ``agent_sandboxes`` collector on ``registry`` once.
+
+    A registry may outlive a manager (the process-wide metric set is shared, e.g. by tests that
+    start several managers): registering again points the existing collector at the new cache
+    instead of failing with a duplicate time series.
+
+    Args:
+        registry: Where to register.
+        sandboxes: The Sandbox cache to count.
+
+    Returns:
+        The registered collector.
+    """
+    existing = _REGISTERED.get(registry)
+    if existing is not None:
+        existing.sandboxes = sandboxes
+        return existing
+    collector = SandboxCollector(sandboxes)
+    registry.register(collector)
+    _REGISTERED[registry] = collector
+    return collector

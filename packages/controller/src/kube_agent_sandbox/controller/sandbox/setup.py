@@ -15,7 +15,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime.controller import Controller
 from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.metrics import SandboxCollector
+from kube_agent_sandbox.controller.sandbox.metrics import register_collector
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
@@ -120,7 +120,7 @@ def setup(
             metrics=manager.metrics,
         )
     )
-    manager.registry.register(SandboxCollector(sandboxes))
+    register_collector(manager.registry, sandboxes)
     log.info(
         "sandbox controller registered",
         extra={"workers": options.sandbox_concurrent_workers, "cacheLabelSelector": selector},
