@@ -91,7 +91,13 @@ def _crd_documents(options: ProviderOptions) -> list[dict[str, Any]]:
     return [doc for source in options.crds for doc in load_crds(source)]
 
 
+#: ``real`` runs the local provider's pods on a real node (kubelet + containerd) instead of kwok.
+LOCAL_NODE_ENV = "AGENT_SANDBOX_LOCAL_NODE"
+
+
 def _start_local(options: ProviderOptions) -> ProvidedCluster:
+    if os.environ.get(LOCAL_NODE_ENV, "kwok").strip() == "real":
+        return _start_local_real_node(options)
     crds = _crd_documents(options)
     local = LocalCluster(
         LocalClusterOptions(
@@ -104,6 +110,23 @@ def _start_local(options: ProviderOptions) -> ProvidedCluster:
     access = local.start()
     names = [str(c["metadata"]["name"]) for c in crds]
     return ProvidedCluster(access=access, stop=local.stop, local=local, crd_names=names)
+
+
+def _start_local_real_node(options: ProviderOptions) -> ProvidedCluster:
+    """The local control plane with one real node (see ``testing.node``), no kwok nodes."""
+    from kube_agent_sandbox.testing.node.cluster import RealNodeCluster, RealNodeClusterOptions
+    from kube_agent_sandbox.testing.node.realnode import missing_prerequisites
+
+    reasons = missing_prerequisites()
+    if reasons:
+        raise PrerequisiteError("real node unavailable: " + "; ".join(reasons))
+    crds = _crd_documents(options)
+    cluster = RealNodeCluster(
+        RealNodeClusterOptions(crds=list(options.crds), workdir=options.workdir)
+    )
+    access = cluster.start()
+    names = [str(c["metadata"]["name"]) for c in crds]
+    return ProvidedCluster(access=access, stop=cluster.stop, local=cluster.local, crd_names=names)
 
 
 def _start_existing(options: ProviderOptions) -> ProvidedCluster:
