@@ -205,9 +205,26 @@ def controller_image(repo_root: Path) -> BuiltImage:
             labels={"org.opencontainers.image.title": "agent-sandbox-controller"},
         ),
     )
+    _prune_older(keep={image.archive, app.path, app.path.with_suffix(".json")})
     return BuiltImage(
         reference=image.reference,
         archive=image.archive,
         build_seconds=time.monotonic() - started,
         cached=image.cached,
     )
+
+
+def _prune_older(*, keep: set[Path]) -> None:
+    """Delete controller images and layers of earlier sources; only the current ones stay.
+
+    Every source change makes a new ~300 MB archive, so the cache would otherwise only grow.
+    """
+    folder = images_cache_dir()
+    for pattern in (
+        "controller-*.oci.tar",
+        "controller-app-*.layer.tar",
+        "controller-app-*.layer.json",
+    ):
+        for path in folder.glob(pattern):
+            if path not in keep:
+                path.unlink(missing_ok=True)
