@@ -21,7 +21,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-from benchlib.report import BenchResult, render_text, write_report  # noqa: E402
+from benchlib.report import BenchResult, Interrupted, render_text, write_report  # noqa: E402
 
 log = logging.getLogger("bench")
 
@@ -151,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             began = time.monotonic()
             try:
                 result = runners[name]()
+            except Interrupted as stop:
+                stop.result.seconds = time.monotonic() - began
+                results.append(stop.result)
+                sys.stdout.write(render_text(stop.result) + "\n\n")
+                raise
             except KeyboardInterrupt:
                 raise
             except Exception as err:

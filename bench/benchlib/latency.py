@@ -15,7 +15,7 @@ import time
 
 from benchlib.clusterenv import NAMESPACE, BenchCluster, controller_log_errors
 from benchlib.ops import percentile
-from benchlib.report import BenchResult, at_most
+from benchlib.report import BenchResult, Interrupted, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
 from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
@@ -51,6 +51,9 @@ def run(
         controller = env.start_controller(workers=workers, extra_args=controller_args)
         try:
             asyncio.run(_measure(env, result, samples, suspend_samples))
+        except KeyboardInterrupt:
+            result.error = "interrupted (Ctrl-C); the numbers above are partial"
+            raise Interrupted(result) from None
         finally:
             status = env.stop_controller(controller)
             errors, first = controller_log_errors(controller)

@@ -43,6 +43,15 @@ class Metric:
     note: str = ""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a benchmark; carries what it had measured so far."""
+
+    def __init__(self, result: BenchResult) -> None:
+        """Wrap the partial result."""
+        super().__init__(result.name)
+        self.result = result
+
+
 def at_most(limit: float) -> Callable[[float], bool]:
     """A target check: the value must not exceed ``limit``."""
     return lambda value: value <= limit

@@ -21,7 +21,7 @@ from benchlib import promtext
 from benchlib.clusterenv import NAMESPACE, BenchCluster, controller_log_errors
 from benchlib.ops import BatchOutcome, percentile, run_bounded
 from benchlib.procstats import MIB, ProcessSampler, read_sample
-from benchlib.report import BenchResult, at_most
+from benchlib.report import BenchResult, Interrupted, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
 from kube_agent_sandbox.controller.runtime.client import ApiClient
@@ -86,6 +86,9 @@ def run(
                     controller_args=controller_args,
                 )
             )
+        except KeyboardInterrupt:
+            result.error = "interrupted (Ctrl-C); the numbers above are partial"
+            raise Interrupted(result) from None
         finally:
             for process in env.controllers:
                 if process.alive():
