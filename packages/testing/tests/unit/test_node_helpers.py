@@ -21,19 +21,29 @@ from kube_agent_sandbox.testing.demo import (
 )
 from kube_agent_sandbox.testing.node.apiproxy import TcpRelay
 from kube_agent_sandbox.testing.node.lock import MachineLock, NodeBusyError
+from kube_agent_sandbox.testing.node.realnode import RealNode, RealNodeOptions
 
 
 def test_a_second_real_node_cannot_take_the_machine(tmp_path: Path) -> None:
     first = MachineLock(tmp_path / "node.lock")
     second = MachineLock(tmp_path / "node.lock")
     first.acquire(timeout=0)
+    assert first.held
+    assert not second.held
     try:
         with pytest.raises(NodeBusyError, match="another real node"):
             second.acquire(timeout=0)
     finally:
         first.release()
+    assert not first.held
     second.acquire(timeout=0)
     second.release()
+
+
+def test_stopping_a_node_that_never_started_touches_nothing(tmp_path: Path) -> None:
+    node = RealNode(RealNodeOptions(workdir=tmp_path / "node"))
+    node.stop()
+    assert not (tmp_path / "node").exists()
 
 
 def _echo_server() -> tuple[socket.socket, int]:

@@ -70,6 +70,11 @@ class MachineLock:
         handle.flush()
         self._file = handle
 
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._file is not None
+
     def release(self) -> None:
         """Release the lock (no-op when not held)."""
         if self._file is not None:

@@ -516,6 +516,9 @@ class RealNode:
 
     def stop(self) -> None:
         """Stop everything the node started and undo its changes to the machine."""
+        if not self._lock.held:
+            # Never started (or already stopped): the machine-wide state is not ours to touch.
+            return
         steps: list[tuple[str, Callable[[], None]]] = [
             ("provisioner", self._stop_provisioner),
             ("relay", self._stop_relay),
@@ -527,11 +530,20 @@ class RealNode:
             ("cgroups", _remove_kubepods_cgroups),
             ("workdir", self._remove_workdir),
         ]
+        spent: dict[str, float] = {}
         for name, step in steps:
+            started = time.monotonic()
             try:
                 step()
             except Exception:  # keep undoing the rest whatever one step does
                 _log.exception("stopping the real node: %s failed", name)
+            spent[name] = time.monotonic() - started
+        self.timings["stop"] = sum(spent.values())
+        _log.info(
+            "real node stopped in %.1fs (%s)",
+            self.timings["stop"],
+            ", ".join(f"{k} {v:.1f}s" for k, v in spent.items() if v >= 0.1),
+        )
         self._provisioner = None
         self._relay = None
         self._kubelet = None

@@ -193,7 +193,9 @@ class HostPathProvisioner:
         for stream in self._watches:
             stream.stop()  # type: ignore[no-untyped-call]
         for thread in self._threads:
-            thread.join(timeout=5)
+            # Watches wake up only on their next event; the threads are daemons and exit on
+            # their own once they see the stop flag.
+            thread.join(timeout=0.2)
         self._threads = []
 
     def _watch_loop(self, list_call: Callable[..., Any]) -> None:
