@@ -28,6 +28,54 @@ _SYSCTLS = {
 }
 
 
+# Chains the kubelet creates (and never removes) in each table, in removal order.
+_KUBELET_CHAINS = {
+    "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"),
+    "nat": ("KUBE-KUBELET-CANARY",),
+    "mangle": ("KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"),
+}
+_IPTABLES = ("iptables", "ip6tables")
+
+
+def _chains(program: str, table: str) -> set[str]:
+    try:
+        result = subprocess.run(
+            [program, "-w", "-t", table, "-S"], capture_output=True, text=True, check=False
+        )
+    except FileNotFoundError:
+        return set()
+    return {line.split()[1] for line in result.stdout.splitlines() if line.startswith("-N ")}
+
+
+def kubelet_chains_present() -> set[tuple[str, str, str]]:
+    """The kubelet's iptables chains that exist now, as (program, table, chain)."""
+    return {
+        (program, table, chain)
+        for program in _IPTABLES
+        for table, names in _KUBELET_CHAINS.items()
+        for chain in names
+        if chain in _chains(program, table)
+    }
+
+
+def remove_kubelet_chains(keep: set[tuple[str, str, str]]) -> None:
+    """Remove the kubelet's chains except those in ``keep`` (present before the node started).
+
+    Args:
+        keep: Chains that existed before, as returned by :func:`kubelet_chains_present`.
+    """
+    for program, table, chain in sorted(kubelet_chains_present() - keep):
+        if chain == "KUBE-FIREWALL":
+            for builtin in ("INPUT", "OUTPUT"):
+                subprocess.run(
+                    [program, "-w", "-t", table, "-D", builtin, "-j", chain],
+                    capture_output=True,
+                    check=False,
+                )
+        subprocess.run([program, "-w", "-t", table, "-F", chain], capture_output=True, check=False)
+        subprocess.run([program, "-w", "-t", table, "-X", chain], capture_output=True, check=False)
+
+
 class NetworkError(RuntimeError):
     """The node network could not be set up."""
 
@@ -135,6 +183,7 @@ class HostNetworkSetup:
     _saved_sysctls: dict[str, str] = field(default_factory=dict)
     _created_bridge: bool = False
     _netns_before: set[str] = field(default_factory=set)
+    _chains_before: set[tuple[str, str, str]] | None = None
 
     def bridge_exists(self) -> bool:
         """Whether the bridge interface exists."""
@@ -165,6 +214,7 @@ class HostNetworkSetup:
                 f"(`ip link del {self.network.bridge}` removes it)"
             )
         self._netns_before = _netns_names()
+        self._chains_before = kubelet_chains_present()
         _ip("link", "add", self.network.bridge, "type", "bridge")
         self._created_bridge = True
         _ip(
@@ -186,7 +236,10 @@ class HostNetworkSetup:
                 raise NetworkError(f"cannot set {key.replace('/', '.')}={value}: {err}") from err
 
     def teardown(self) -> None:
-        """Remove the bridge, the pod network namespaces left behind, and restore sysctls."""
+        """Remove the bridge, pod network namespaces, kubelet chains; restore sysctls."""
+        if self._chains_before is not None:
+            remove_kubelet_chains(self._chains_before)
+            self._chains_before = None
         for name in sorted(_netns_names() - self._netns_before):
             if name.startswith("cni-"):
                 _ip("netns", "delete", name, check=False)
