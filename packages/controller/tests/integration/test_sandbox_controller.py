@@ -271,7 +271,8 @@ class TestSandboxController:
             assert suspended_cond["lastTransitionTime"] > ltt
             ltt = suspended_cond["lastTransitionTime"]
             pod = await env.get(PODS, "cycle")
-            assert pod is not None and pod["metadata"]["uid"] != pod_uid
+            assert pod is not None
+            assert pod["metadata"]["uid"] != pod_uid
             pod_uid = pod["metadata"]["uid"]
 
     async def test_suspension_with_terminating_pod(self, env: Env) -> None:
@@ -285,7 +286,8 @@ class TestSandboxController:
         assert (cond["status"], cond["lastTransitionTime"]) == ("False", not_suspended_ltt)
         assert conditions(terminating)["Ready"]["message"] == "Sandbox is suspending"
         pod = await env.get(PODS, "hold")
-        assert pod is not None and pod["metadata"].get("deletionTimestamp")
+        assert pod is not None
+        assert pod["metadata"].get("deletionTimestamp")
 
         await _next_second()
         await env.patch(PODS, "hold", {"metadata": {"finalizers": None}})
@@ -403,7 +405,8 @@ class TestSandboxController:
         sandbox = await env.until_condition("broken", "Ready", reason="ReconcilerError")
         message = conditions(sandbox)["Ready"]["message"]
         assert message.startswith("Error seen: ")
-        assert "image" in message and "Required value" in message
+        assert "image" in message
+        assert "Required value" in message
         events = await env.until(lambda: env.events_for("broken"), "a Warning event")
         assert [(e["type"], e["reason"]) for e in events] == [("Warning", "ReconcilerError")]
         rv = sandbox["metadata"]["resourceVersion"]
