@@ -17,6 +17,7 @@ its apiserver URL and an admin kubeconfig (:class:`ControlPlane`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -231,6 +232,9 @@ class RealNode:
         if reasons:
             raise RealNodeError("a real node cannot run here: " + "; ".join(reasons))
         self._lock.acquire(timeout=self.options.lock_timeout)
+        # Runs before the supervisors' own exit hook (atexit is last-in, first-out), so
+        # containers are removed while containerd still runs.
+        atexit.register(self.stop)
         try:
             self._prepare_locked()
         except BaseException:
@@ -551,6 +555,7 @@ class RealNode:
         self.containerd = None
         self._prepared = False
         self._lock.release()
+        atexit.unregister(self.stop)
 
     def _stop_provisioner(self) -> None:
         if self._provisioner is not None:
