@@ -112,7 +112,10 @@ class Env:
     async def events_for(self, name: str) -> list[Obj]:
         listed = await self.client.list(EVENTS, self.namespace)
         return [
-            e for e in listed.get("items", []) if (e.get("regarding") or {}).get("name") == name
+            e
+            for e in listed.get("items", [])
+            if (e.get("regarding") or {}).get("name") == name
+            and (e.get("regarding") or {}).get("kind") == "Sandbox"
         ]
 
 
@@ -439,6 +442,8 @@ class TestSandboxController:
             "multiple Pods (2) are controlled by this Sandbox; refusing to choose or create a Pod"
         )
         events = await env.until(lambda: env.events_for("twin"), "a Warning event")
-        assert ("Warning", "MultiplePods") in [(e["type"], e["reason"]) for e in events]
+        assert [(e["type"], e["reason"], e["action"]) for e in events] == [
+            ("Warning", "MultiplePods", "Reconciling")
+        ]
         await env.client.delete(PODS, env.namespace, "twin-extra")
         await env.until_condition("twin", "Ready", status="True")
