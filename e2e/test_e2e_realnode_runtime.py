@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kubernetes import client, watch
 
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.node.containerd import ALTERNATE_RUNTIME
@@ -51,3 +52,46 @@ def test_the_default_handler_does_not_go_through_the_second_one(
 
     recorded = calls.read_text() if calls.exists() else ""
     assert _container_id(handle.pod()) not in recorded
+
+
+def test_a_runtime_class_without_a_handler_on_the_node_never_starts_the_pod(
+    cluster: ClusterAccess, namespace: str, python_image: str
+) -> None:
+    api = cluster.api_client()
+    runtime_class = f"missing-{namespace}"[:63]
+    cluster.apply(
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": runtime_class},
+            "handler": "no-such-handler",
+        }
+    )
+    try:
+        manifest = sandbox_manifest(
+            "nohandler",
+            image=python_image,
+            command=["sleep", "3600"],
+            runtime_class=runtime_class,
+        )
+        handle = SandboxHandle.create(api, namespace, manifest)
+
+        # The kubelet asks containerd for the handler, which refuses: an event says why.
+        events = watch.Watch()
+        message = ""
+        for event in events.stream(  # type: ignore[no-untyped-call]
+            client.CoreV1Api(api).list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.name={handle.name},reason=FailedCreatePodSandBox",
+            timeout_seconds=120,
+        ):
+            message = event["object"].message or ""
+            events.stop()  # type: ignore[no-untyped-call]
+        assert "no-such-handler" in message
+
+        sandbox = handle.get()
+        ready = {c["type"]: c for c in sandbox["status"]["conditions"]}["Ready"]
+        assert ready["status"] == "False"
+        assert ready["reason"] == "DependenciesNotReady"
+    finally:
+        cluster.kubectl("delete", "runtimeclass", runtime_class, "--ignore-not-found")
