@@ -38,10 +38,10 @@ POLL = 0.1
 WAIT = 90.0  # seconds: a generous bound for a loaded 2-core machine, never asserted on
 
 
-async def _run_controller(kubeconfig: Path, *, namespace: str) -> None:
+async def _run_controller(kubeconfig: Path, *, namespace: str, options: ControllerOptions) -> None:
     async with ApiClient(load_kubeconfig(str(kubeconfig))) as client:
         manager = Manager(client, metrics_bind_address="0", health_bind_address="0")
-        setup(manager, ControllerOptions(), namespace=namespace)
+        setup(manager, options, namespace=namespace)
         await manager.run()
 
 
@@ -135,8 +135,12 @@ async def env(
         cluster_roles=["agent-sandbox-controller"],
         rbac=rbac,
     )
+    # A test class may set ``controller_options`` to run the controller with other flags.
+    options = getattr(request.cls, "controller_options", None) or ControllerOptions()
     controller_runner.start(
-        functools.partial(_run_controller, namespace=namespace), identity=identity, name="sandbox"
+        functools.partial(_run_controller, namespace=namespace, options=options),
+        identity=identity,
+        name="sandbox",
     )
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
         yield Env(client, namespace)
@@ -447,3 +451,27 @@ class TestSandboxController:
         ]
         await env.client.delete(PODS, env.namespace, "twin-extra")
         await env.until_condition("twin", "Ready", status="True")
+
+
+class TestLabelScopedCaches:
+    """``--cache-label-selectors``: Pod and Service caches only see labelled objects."""
+
+    controller_options = ControllerOptions(cache_label_selectors=True)
+
+    async def test_sandbox_becomes_ready(self, env: Env) -> None:
+        sandbox = await _ready_sandbox(env, "scoped", service=True)
+        assert conditions(sandbox)["Ready"]["message"] == "Pod is Ready; Service Exists"
+
+    async def test_adopts_unlabelled_adoptable_service_it_cannot_cache(self, env: Env) -> None:
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "legacy", "labels": {c.LABEL_ADOPTABLE: "true"}},
+            "spec": {"clusterIP": "None", "selector": {"app": "old"}},
+        }
+        await env.client.create(SERVICES, env.namespace, service)
+        sandbox = await _ready_sandbox(env, "legacy", service=True)
+        adopted = await env.get(SERVICES, "legacy")
+        assert adopted is not None
+        assert adopted["metadata"]["ownerReferences"] == [_sandbox_owner(sandbox)]
+        assert adopted["spec"]["selector"] == {c.LABEL_SANDBOX_NAME_HASH: name_hash("legacy")}
