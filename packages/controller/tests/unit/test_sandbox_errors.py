@@ -293,3 +293,30 @@ class TestFailingApi:
         cluster.fail("delete", "sandboxes", ApiError(403, "Forbidden", "no"))
         assert await rec.reconcile(request()) == Result(requeue_after=60.0)
         assert cluster.obj(SANDBOXES, "sandbox-name") is not None
+
+
+class TestWarningEvents:
+    async def test_not_repeated_when_the_cache_still_shows_the_old_status(self) -> None:
+        cluster = FakeCluster()
+        recorder = FakeRecorder()
+        cluster.add(SANDBOXES, make_sandbox())
+        cluster.fail("create", "pods", INVALID_POD, INVALID_POD)
+        rec = cluster.reconciler(recorder=recorder)
+        await rec.reconcile(request())
+        # Roll the status back, as a lagging cache would still show it.
+        cluster.mutate(SANDBOXES, "sandbox-name", lambda s: s.pop("status"))
+        await rec.reconcile(request())
+        assert len(recorder.events) == 1
+
+    async def test_emitted_again_after_recovery(self) -> None:
+        cluster = FakeCluster()
+        recorder = FakeRecorder()
+        cluster.add(SANDBOXES, make_sandbox())
+        rec = cluster.reconciler(recorder=recorder)
+        cluster.fail("create", "pods", INVALID_POD)
+        await rec.reconcile(request())
+        await rec.reconcile(request())  # recovers: the pod is created
+        cluster.store["pods"].clear()
+        cluster.fail("create", "pods", INVALID_POD)
+        await rec.reconcile(request())
+        assert [e["reason"] for e in recorder.events] == ["ReconcilerError", "ReconcilerError"]

@@ -172,6 +172,9 @@ class SandboxReconciler:
         # Sandboxes (key -> uid) whose expiry mark was written by pass 1, so pass 2 proceeds
         # even when the Sandbox cache has not caught up with that status write yet.
         self._marked_expired: dict[tuple[str, str], str | None] = {}
+        # Last Warning emitted per Sandbox, so a lagging cache (old status read again) does not
+        # repeat it. Dropped once the Sandbox is no longer in error or is gone.
+        self._last_warning: dict[tuple[str, str], tuple[str, str]] = {}
 
     # --- top level ------------------------------------------------------------------------
 
@@ -188,6 +191,7 @@ class SandboxReconciler:
         cached = self._sandboxes.get(request.namespace, request.name)
         if cached is None or _terminating(cached):
             self._marked_expired.pop(key, None)
+            self._last_warning.pop(key, None)
             return Result()
         sandbox = _working_copy(cached)
         old_status: Obj = copy.deepcopy(cached.get("status") or {})
@@ -243,7 +247,7 @@ class SandboxReconciler:
                 error.message,
                 "will retry with backoff" if error.transient else "retrying slowly",
             )
-        self._record_events(cached, old_status, sandbox)
+        self._record_events(request, cached, old_status, sandbox)
         if any(error.transient for error in errors):
             raise SandboxReconcileError(join_messages(errors))
         if errors:
@@ -251,27 +255,28 @@ class SandboxReconciler:
             requeue = slow if requeue is None else min(requeue, slow)
         return Result(requeue_after=requeue)
 
-    def _record_events(self, cached: Obj, old_status: Obj, sandbox: Obj) -> None:
+    def _record_events(self, request: Request, cached: Obj, old_status: Obj, sandbox: Obj) -> None:
         """Emit a Warning when the Ready condition turns into (another) error."""
-        if self._recorder is None:
-            return
+        key = (request.namespace, request.name)
         new = find_condition(sandbox.get("status", {}).get("conditions"), c.CONDITION_READY)
         if new is None or new.get("reason") not in (
             c.REASON_RECONCILER_ERROR,
             c.REASON_MULTIPLE_PODS,
         ):
+            self._last_warning.pop(key, None)
             return
+        current = (str(new.get("reason", "")), str(new.get("message", "")))
         old = find_condition(old_status.get("conditions"), c.CONDITION_READY)
-        if old is not None and (old.get("reason"), old.get("message")) == (
-            new.get("reason"),
-            new.get("message"),
-        ):
+        if old is not None and (old.get("reason"), old.get("message")) == current:
             return
-        note = str(new.get("message", ""))
+        if self._last_warning.get(key) == current or self._recorder is None:
+            return
+        self._last_warning[key] = current
+        note = current[1]
         if len(note) > EVENT_NOTE_LIMIT:
             note = note[: EVENT_NOTE_LIMIT - 3] + "..."
         self._recorder.event(
-            cached, type_="Warning", reason=str(new["reason"]), action="Reconciling", note=note
+            cached, type_="Warning", reason=current[0], action="Reconciling", note=note
         )
 
     @staticmethod
