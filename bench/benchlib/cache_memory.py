@@ -191,6 +191,19 @@ def child_main(argv: list[str]) -> None:
         out["pod_json_bytes"] = pods.json_bytes
         final = read_sample(os.getpid())
         out["final_rss"], out["peak_rss"] = final.rss, final.hwm
+        if measure == "tracemalloc":
+            # One /metrics scrape: the agent_sandboxes collector reads the whole Sandbox cache.
+            from kube_agent_sandbox.controller.sandbox.metrics import SandboxCollector
+
+            collector = SandboxCollector(cached_sandboxes)
+            gc.collect()
+            tracemalloc.reset_peak()
+            current = tracemalloc.get_traced_memory()[0]
+            began = time.perf_counter()
+            families = list(collector.collect())
+            out["scrape_seconds"] = time.perf_counter() - began
+            out["scrape_peak_bytes"] = tracemalloc.get_traced_memory()[1] - current
+            out["scrape_samples"] = sum(len(f.samples) for f in families)
         del cached_sandboxes, cached_pods
         return out
 
@@ -264,6 +277,14 @@ def run(*, count: int) -> BenchResult:
             check=at_most(TARGET_MIB),
             note=f"{extrapolated}caches only: baseline + per-object RSS x 10k",
         )
+    if "scrape_peak_bytes" in traced:
+        result.add(
+            "one /metrics scrape: transient memory",
+            traced["scrape_peak_bytes"] / MIB,
+            "MiB",
+            note=f"agent_sandboxes collector over {count:,} cached Sandboxes (tracemalloc peak)",
+        )
+        result.add("one /metrics scrape: collector time", traced["scrape_seconds"] * 1000, "ms")
     result.details = runs
     result.notes.append(
         "Objects are synthetic copies of served shapes (managedFields, server defaults, kwok "
