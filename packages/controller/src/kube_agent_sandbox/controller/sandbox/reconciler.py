@@ -202,7 +202,9 @@ class SandboxReconciler:
 
         expired, _ = check_expiry(sandbox, now)
         if expired:
-            marked = is_marked_expired(sandbox) or self._marked_expired.get(key) == _uid(sandbox)
+            marked = is_marked_expired(sandbox) or (
+                key in self._marked_expired and self._marked_expired[key] == _uid(sandbox)
+            )
             if not marked:
                 self._set_expired(sandbox, now)
                 error = await self._write_status(sandbox, old_status)
