@@ -18,6 +18,7 @@ from kube_agent_sandbox.testing.access import (
     load_manifests,
 )
 from kube_agent_sandbox.testing.cluster import (
+    LocalCluster,
     PrerequisiteError,
     check_binaries,
     free_port,
@@ -255,3 +256,8 @@ def test_provider_can_be_chosen_by_environment(tmp_path: Path) -> None:
     )
     assert "1 skipped" in output
     assert "provider 'existing' needs a kubeconfig" in output
+
+
+def test_restart_before_start_raises() -> None:
+    with pytest.raises(RuntimeError, match="not started"):
+        LocalCluster().restart("kube-apiserver")

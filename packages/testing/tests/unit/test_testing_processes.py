@@ -177,3 +177,51 @@ def test_child_dies_with_its_parent(tmp_path: Path) -> None:
     outer.wait(10)
     wait_until(lambda: not _running(child), timeout=10, what="child killed with its parent")
     supervisor.stop_all()
+
+
+def test_restart_reruns_the_same_command_in_the_same_place(tmp_path: Path) -> None:
+    supervisor = ProcessSupervisor(tmp_path / "logs")
+    first = supervisor.start("first", ["sleep", "60"])
+    code = "import os, sys; print(sys.argv[1], os.getcwd(), os.environ['MARK'], flush=True)"
+    env = {**os.environ, "MARK": "m1"}
+    old = supervisor.start("echo", [*_python(code), "arg"], env=env, cwd=tmp_path)
+    last = supervisor.start("last", ["sleep", "60"])
+    try:
+        assert old.wait(30) == 0
+        new = supervisor.restart("echo")
+        assert new.wait(30) == 0
+        assert new.pid != old.pid
+        assert new.argv == old.argv == (*_python(code), "arg")
+        assert new.log_path == old.log_path
+        line = f"arg {tmp_path} m1"
+        assert new.log_tail().splitlines() == [line, line]  # appended, same cwd and env
+        assert [p.name for p in supervisor.processes] == ["first", "echo", "last"]
+        assert supervisor.processes[1] is new
+        assert first.alive()
+        assert last.alive()
+    finally:
+        supervisor.stop_all()
+
+
+def test_restart_stops_the_running_process_first(tmp_path: Path) -> None:
+    supervisor = ProcessSupervisor(tmp_path)
+    old = supervisor.start("sleeper", ["sleep", "60"])
+    try:
+        new = supervisor.restart("sleeper", grace=5)
+        assert not _running(old.pid)
+        assert new.alive()
+        assert [p.pid for p in supervisor.processes] == [new.pid]
+    finally:
+        supervisor.stop_all()
+    assert not _running(new.pid)
+
+
+def test_restart_of_an_unknown_name_raises(tmp_path: Path) -> None:
+    supervisor = ProcessSupervisor(tmp_path)
+    with pytest.raises(KeyError):
+        supervisor.restart("nothing")
+    supervisor.start("a", ["sleep", "60"])
+    supervisor.stop("a")
+    with pytest.raises(KeyError):
+        supervisor.restart("a")
+    assert supervisor.processes == []

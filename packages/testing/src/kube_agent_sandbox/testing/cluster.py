@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +34,7 @@ import yaml
 
 from kube_agent_sandbox.testing import pki, versions
 from kube_agent_sandbox.testing.access import ClusterAccess, load_crds
+from kube_agent_sandbox.testing.flags import check_flags, merge_flags
 from kube_agent_sandbox.testing.kubeconfig import write_kubeconfig
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition, wait_for_object
@@ -139,8 +140,19 @@ class LocalClusterOptions:
     start_timeout: float = 60.0
     #: kwok's Stage directory (``kustomize/stage`` of its module); looked up via Go when None.
     kwok_stage_root: Path | None = None
-    #: Extra kube-apiserver flags (``--name=value``).
+    #: Extra kube-apiserver flags (``--name=value`` or ``--name``), merged by name with the
+    #: harness's: a flag given here replaces the harness's flag of the same name (in its place),
+    #: a later one here replaces an earlier one, and the command line names each flag once.
     apiserver_args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse malformed ``apiserver_args`` before anything starts.
+
+        Raises:
+            TypeError: If ``apiserver_args`` is a single string.
+            ValueError: If an element is not a ``--name[=value]`` flag.
+        """
+        check_flags(self.apiserver_args, what="apiserver_args")
 
 
 class LocalCluster:
@@ -162,6 +174,9 @@ class LocalCluster:
         self.timings: dict[str, float] = {}
         self._etcd_url = ""
         self._etcd_data: Path | None = None
+        self._admin_tls: ssl.SSLContext | None = None
+        #: How to wait until each restartable component is ready again (by process name).
+        self._readiness: dict[str, Callable[[ManagedProcess], None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -205,6 +220,7 @@ class LocalCluster:
             self.workdir = opts.workdir
             self.workdir.mkdir(parents=True, exist_ok=True)
         self.supervisor = ProcessSupervisor(self.workdir / "logs")
+        self._readiness = {}
         atexit.register(self.stop)
         started = time.monotonic()
         try:
@@ -259,6 +275,46 @@ class LocalCluster:
             if self._tmp is not None and not self.options.keep_workdir:
                 self._tmp.cleanup()
                 self._tmp = None
+
+    def restart(self, component: str, *, grace: float = 10.0) -> None:
+        """Stop one component and start it again; return when it is ready.
+
+        The component keeps its command line, hence its ports, certificates and (for etcd) its
+        data, so objects survive and every kubeconfig written for this cluster keeps working.
+        Readiness is kube-apiserver's ``/readyz``, etcd's ``/health`` (then ``/readyz`` of the
+        apiserver, which has to reconnect), and ``/healthz`` for the controller manager and the
+        scheduler. kwok has no health endpoint here and cannot be restarted.
+
+        Call it from the thread that started the cluster (normally the main thread, not an
+        ``asyncio.to_thread`` worker): the kernel kills a child when the thread that started it
+        ends (see :class:`~kube_agent_sandbox.testing.processes.ProcessSupervisor`).
+
+        Args:
+            component: Process name: ``etcd``, ``kube-apiserver``, ``kube-controller-manager``
+                or ``kube-scheduler``.
+            grace: Seconds between TERM and KILL when stopping it.
+
+        Raises:
+            RuntimeError: If the cluster is not started.
+            ValueError: If the component is not running in this cluster or cannot be restarted.
+            ProcessFailedError: If it exits or is not ready in time after the restart.
+        """
+        if self.supervisor is None:
+            raise RuntimeError("the cluster is not started")
+        running = [p.name for p in self.supervisor.processes]
+        if component not in running or component not in self._readiness:
+            restartable = [name for name in running if name in self._readiness]
+            raise ValueError(
+                f"cannot restart {component!r}; restartable components of this cluster: "
+                f"{', '.join(restartable) or 'none'}"
+            )
+        begin = time.monotonic()
+        process = self.supervisor.restart(component, grace=grace)
+        self._readiness[component](process)
+        if component == "etcd" and "kube-apiserver" in running:
+            [apiserver] = [p for p in self.supervisor.processes if p.name == "kube-apiserver"]
+            self._wait_apiserver_ready(apiserver)
+        _log.info("restarted %s in %.1fs", component, time.monotonic() - begin)
 
     def pids(self) -> list[int]:
         """Process ids of the running components."""
@@ -362,13 +418,17 @@ class LocalCluster:
             ],
         )
         self._etcd_data = data_dir
+        self._readiness["etcd"] = self._wait_etcd_ready
+        self._wait_etcd_ready(process)
+        self.timings["etcd"] = time.monotonic() - begin
+
+    def _wait_etcd_ready(self, process: ManagedProcess) -> None:
         wait_until(
             lambda: _http_ok(f"{self._etcd_url}/health"),
             timeout=self.options.start_timeout,
             what="etcd /health",
             process=process,
         )
-        self.timings["etcd"] = time.monotonic() - begin
 
     def _start_apiserver(self) -> None:
         assert self.supervisor is not None
@@ -377,31 +437,35 @@ class LocalCluster:
         self.server = f"https://127.0.0.1:{port}"
         p = self._path("pki")
         begin = time.monotonic()
+        # options.apiserver_args replace these flags by name (flags.merge_flags), so the
+        # command line names each flag once; the real-node mode relies on that.
+        harness_flags = [
+            "--advertise-address=127.0.0.1",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self._path('apiserver-certs')}",
+            f"--tls-cert-file={p / 'apiserver.crt'}",
+            f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            f"--etcd-servers={self._etcd_url}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={p / 'sa.key'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            "--allow-privileged=true",
+            # The "kubernetes" Service cannot point at a loopback address; nothing in the
+            # cluster needs it to (kwok pods run nothing).
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            "--max-requests-inflight=1000",
+            "--max-mutating-requests-inflight=500",
+        ]
         process = self.supervisor.start(
             "kube-apiserver",
             [
                 str(self.options.bin_dir / "kube-apiserver"),
-                "--advertise-address=127.0.0.1",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--cert-dir={self._path('apiserver-certs')}",
-                f"--tls-cert-file={p / 'apiserver.crt'}",
-                f"--tls-private-key-file={p / 'apiserver.key'}",
-                f"--client-ca-file={p / 'ca.crt'}",
-                f"--etcd-servers={self._etcd_url}",
-                "--authorization-mode=Node,RBAC",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-                f"--service-account-key-file={p / 'sa.key'}",
-                f"--service-account-signing-key-file={p / 'sa.key'}",
-                "--allow-privileged=true",
-                # The "kubernetes" Service cannot point at a loopback address; nothing in the
-                # cluster needs it to (kwok pods run nothing).
-                "--endpoint-reconciler-type=none",
-                "--profiling=false",
-                "--max-requests-inflight=1000",
-                "--max-mutating-requests-inflight=500",
-                *self.options.apiserver_args,
+                *merge_flags(harness_flags, self.options.apiserver_args),
             ],
         )
         admin = self.ca.issue_client("admin", groups=["system:masters"])
@@ -415,13 +479,20 @@ class LocalCluster:
         )
         context = self._tls_context()
         context.load_cert_chain(*admin.write(p, "admin"))
+        self._admin_tls = context
+        self._readiness["kube-apiserver"] = self._wait_apiserver_ready
+        self._wait_apiserver_ready(process)
+        self.timings["kube-apiserver"] = time.monotonic() - begin
+
+    def _wait_apiserver_ready(self, process: ManagedProcess) -> None:
+        context = self._admin_tls
+        assert context is not None
         wait_until(
             lambda: _https_ok(f"{self.server}/readyz", context),
             timeout=self.options.start_timeout,
             what="kube-apiserver /readyz",
             process=process,
         )
-        self.timings["kube-apiserver"] = time.monotonic() - begin
 
     def _component_kubeconfig(self, name: str, user: str, groups: Sequence[str] = ()) -> Path:
         return self.kubeconfig_for(user, groups=groups, path=self._path(f"{name}.kubeconfig"))
@@ -476,6 +547,11 @@ class LocalCluster:
 
     def _wait_healthz(self, process: ManagedProcess, port: int) -> None:
         begin = time.monotonic()
+        self._healthz_ready(process, port)
+        self.timings[process.name] = time.monotonic() - begin
+        self._readiness[process.name] = lambda restarted: self._healthz_ready(restarted, port)
+
+    def _healthz_ready(self, process: ManagedProcess, port: int) -> None:
         context = self._tls_context()
         wait_until(
             lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", context),
@@ -483,7 +559,6 @@ class LocalCluster:
             what=f"{process.name} /healthz",
             process=process,
         )
-        self.timings[process.name] = time.monotonic() - begin
 
     def _start_kwok(self, stage_files: Sequence[Path]) -> None:
         assert self.supervisor is not None

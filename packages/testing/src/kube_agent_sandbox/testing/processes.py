@@ -38,16 +38,31 @@ class ProcessFailedError(RuntimeError):
 class ManagedProcess:
     """One child process in its own process group, with its output in a log file."""
 
-    def __init__(self, name: str, popen: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        popen: subprocess.Popen[bytes],
+        log_path: Path,
+        *,
+        argv: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         """Wrap a started process.
 
         Args:
             name: Short component name used in messages and log file names.
             popen: The started process (leader of its own process group).
             log_path: File that receives the process's stdout and stderr.
+            argv: The command as given to the supervisor (without any ``setpriv`` wrapper).
+            env: The environment it was started with (None: the parent's).
+            cwd: The working directory it was started in (None: the parent's).
         """
         self.name = name
         self.log_path = log_path
+        self.argv: tuple[str, ...] = tuple(argv)
+        self.env: dict[str, str] | None = None if env is None else dict(env)
+        self.cwd = cwd
         self._popen = popen
 
     @property
@@ -210,6 +225,51 @@ class ProcessSupervisor:
         with self._lock:
             if any(p.name == name for p in self._processes):
                 raise ValueError(f"a process named {name!r} was already started")
+        process = self._spawn(name, argv, env=env, cwd=cwd)
+        with self._lock:
+            self._processes.append(process)
+        return process
+
+    def restart(self, name: str, *, grace: float = 10.0) -> ManagedProcess:
+        """Stop one process and start it again with the same command, environment and folder.
+
+        The new process keeps the old one's place in the stop order and appends to the same
+        log file. Readiness is the caller's business.
+
+        Args:
+            name: Name given to :meth:`start`.
+            grace: Seconds between TERM and KILL when stopping the old process.
+
+        Returns:
+            The new process.
+
+        Raises:
+            KeyError: If no process has that name.
+            ProcessFailedError: If the supervisor was stopped while restarting.
+        """
+        with self._lock:
+            found = [p for p in self._processes if p.name == name]
+        if not found:
+            raise KeyError(name)
+        old = found[0]
+        old.stop(grace=grace)
+        new = self._spawn(name, old.argv, env=old.env, cwd=old.cwd)
+        with self._lock:
+            if old in self._processes:
+                self._processes[self._processes.index(old)] = new
+                return new
+        # stop_all() ran meanwhile: the new process must not outlive the supervisor.
+        new.stop(grace=grace)
+        raise ProcessFailedError(f"{name} was not restarted: its supervisor stopped meanwhile")
+
+    def _spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: Path | None,
+    ) -> ManagedProcess:
         command = list(argv)
         setpriv = shutil.which("setpriv")
         if self._die_with_parent and setpriv is not None:
@@ -225,11 +285,8 @@ class ProcessSupervisor:
                 cwd=cwd,
                 start_new_session=True,
             )
-        process = ManagedProcess(name, popen, log_path)
-        with self._lock:
-            self._processes.append(process)
         _log.debug("started %s (pid %d): %s", name, popen.pid, " ".join(argv))
-        return process
+        return ManagedProcess(name, popen, log_path, argv=argv, env=env, cwd=cwd)
 
     def stop(self, name: str, *, grace: float = 10.0) -> None:
         """Stop one process by name and forget it.

@@ -350,7 +350,8 @@ class RealNode:
             # The `kubernetes` Service's endpoint: pods reach it through the relay.
             f"--advertise-address={self.node_ip}",
             # The harness turns the reconciler off for loopback-only clusters; a real node
-            # needs the endpoint to exist (last flag wins).
+            # needs the endpoint to exist. These flags replace the harness's of the same name
+            # (LocalClusterOptions.apiserver_args merge by name).
             "--endpoint-reconciler-type=lease",
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-certificate-authority={pki_dir / 'node-ca.crt'}",
