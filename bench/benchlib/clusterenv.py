@@ -51,8 +51,10 @@ CRD_DIR = REPO / "manifests" / "crds"
 RBAC_FILE = REPO / "manifests" / "rbac" / "role.generated.yaml"
 NAMESPACE = "bench"
 CONTROLLER_NAMESPACE = "agent-sandbox-system"
-NODES = Resource(group="", version="v1", plural="nodes", kind="Node")
-NAMESPACES = Resource(group="", version="v1", plural="namespaces", kind="Namespace")
+NODES = Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
+NAMESPACES = Resource(
+    group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False
+)
 PODS_PER_NODE = 1000
 APISERVER_LOAD_ARGS = (
     "--max-requests-inflight=0",
@@ -170,6 +172,13 @@ class BenchCluster:
 
     async def _add_nodes_and_namespace(self) -> None:
         async with self.admin_client() as client:
+            # The harness's own node keeps a lease held by the kwok that was just replaced; the
+            # new kwok takes it over only when that lease expires (40 s), so pods bound there
+            # meanwhile would wait. Keep the benchmark's pods off it.
+            for node in (await client.list(NODES)).get("items") or ():
+                await client.patch(
+                    NODES, "", node["metadata"]["name"], {"spec": {"unschedulable": True}}
+                )
             names = [f"bench-node-{i}" for i in range(self.nodes)]
             for name in names:
                 node = kwok_node(name)
