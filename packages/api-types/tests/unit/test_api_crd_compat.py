@@ -10,7 +10,6 @@ printed; the test passes only when each one is listed, with a reason, in
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ import yaml
 
 from kube_agent_sandbox.api.crdgen import build_crd, crd_file_name
 from kube_agent_sandbox.api.registry import KINDS
+from kube_agent_sandbox.testing.plugin import unavailable
+from kube_agent_sandbox.testing.reference import missing_reason, reference_dir, reference_files
 
 _HERE = Path(__file__).resolve().parent
 _REPO = _HERE.parents[3]
@@ -106,15 +107,9 @@ def compare_crds(ours: Mapping[str, Any], reference: Mapping[str, Any]) -> list[
 
 
 def _reference_crds_dir() -> Path:
-    override = os.environ.get("AGENT_SANDBOX_REFERENCE_DIR")
-    base = Path(override) if override else _REPO.parent / "shared" / "reference"
-    crds = base / "agent-sandbox-v0.5.4" / "crds"
-    if not crds.is_dir():
-        message = f"upstream reference CRDs not found at {crds}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return crds
+    if not reference_files("crds"):
+        unavailable(missing_reason("crds"))
+    return reference_dir() / "crds"
 
 
 def _allowlist() -> dict[tuple[str, str], str]:
