@@ -213,7 +213,10 @@ class SandboxReconciler:
                 self._marked_expired[key] = _uid(sandbox)
                 log.info("sandbox %s expired: marked, cleaning up next pass", request)
                 return Result(requeue_after=IMMEDIATE_REQUEUE)
-            self._set_expired(sandbox, now)  # keep Ready=SandboxExpired if the cache lags
+            if not is_marked_expired(sandbox):
+                # Only the memo knows the mark (the cache lags): keep it in this pass's write.
+                # With the mark cached, a failed cleanup must leave the status alone (3.6).
+                self._set_expired(sandbox, now)
             deleted, errors = await self._handle_expiry(sandbox, now)
             if deleted:
                 self._marked_expired.pop(key, None)
