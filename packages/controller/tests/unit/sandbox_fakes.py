@@ -1,46 +1,52 @@
-"""In-memory stand-ins for the API server, informer caches and event recorder.
+"""The Sandbox reconciler's test cluster, builders and small fakes.
 
-``FakeCluster`` implements the ``Client`` protocol (with merge patch, resourceVersion
-conflicts, UID preconditions, finalizers holding deletions, AlreadyExists) and hands out
-``Reader`` views of its store, so the Sandbox reconciler runs unchanged against it. Every
-write is recorded so tests can assert exactly what was sent, and failures can be injected
-per verb and resource.
+``FakeCluster`` is the runtime's in-memory API server (``FakeApi``: merge patch,
+resourceVersion conflicts, UID preconditions, finalizers holding deletions, AlreadyExists,
+failure injection per verb and resource, every request recorded with its body) set up the way
+these tests expect: timestamps at ``NOW``, objects in namespace ``default``, new Pods
+``Pending`` and new Services given a cluster IP. It hands out ``Reader`` views of its store and
+a ``SandboxReconciler`` wired to them, so the reconciler runs unchanged against it.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
-import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Request, Resource
-from kube_agent_sandbox.controller.sandbox.mergepatch import apply_merge_patch
+from kube_agent_sandbox.controller.runtime.fake import Call, FakeApi, FakeReader
+from kube_agent_sandbox.controller.runtime.types import Obj, Request
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
+__all__ = [
+    "NOW",
+    "NOW_TEXT",
+    "NS",
+    "Call",
+    "Clock",
+    "FakeCluster",
+    "FakeReader",
+    "FakeRecorder",
+    "conditions_by_type",
+    "hash_label",
+    "make_pod",
+    "make_sandbox",
+    "make_service",
+    "owner_ref",
+    "request",
+    "sandbox_ref",
+    "strip_ltt",
+]
+
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 NOW_TEXT = "2026-01-02T03:04:05Z"
 NS = "default"
-
-
-@dataclass
-class Call:
-    """One recorded client call."""
-
-    verb: str
-    plural: str
-    namespace: str
-    name: str
-    body: Any = None
-    subresource: str | None = None
-    field_manager: str | None = None
-    preconditions: Mapping[str, str] | None = None
+CLUSTER_IP = "10.96.0.10"
 
 
 @dataclass
@@ -53,53 +59,8 @@ class Clock:
         return self.now
 
     def advance(self, seconds: float) -> None:
+        """Move the clock forward."""
         self.now += dt.timedelta(seconds=seconds)
-
-
-class FakeReader:
-    """A ``Reader`` over one resource of a FakeCluster (optionally through a transform)."""
-
-    def __init__(
-        self,
-        cluster: FakeCluster,
-        plural: str,
-        *,
-        indexes: Mapping[str, Callable[[Obj], list[str]]] | None = None,
-        transform: Callable[[Obj], Obj] | None = None,
-    ) -> None:
-        self._cluster = cluster
-        self._plural = plural
-        self._indexes = dict(indexes or {})
-        self._transform = transform
-
-    def _view(self, obj: Obj) -> Obj:
-        view = copy.deepcopy(obj)
-        return self._transform(view) if self._transform else view
-
-    def get(self, namespace: str, name: str) -> Obj | None:
-        obj = self._cluster.store[self._plural].get((namespace, name))
-        return None if obj is None else self._view(obj)
-
-    def list(
-        self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
-    ) -> list[Obj]:
-        found = []
-        for (ns, _), obj in sorted(self._cluster.store[self._plural].items()):
-            if namespace is not None and ns != namespace:
-                continue
-            obj_labels = obj.get("metadata", {}).get("labels") or {}
-            if labels and any(obj_labels.get(k) != v for k, v in labels.items()):
-                continue
-            found.append(self._view(obj))
-        return found
-
-    def by_index(self, index: str, value: str) -> list[Obj]:
-        func = self._indexes[index]  # KeyError for unknown indexes, like the informer
-        return [
-            self._view(obj)
-            for _, obj in sorted(self._cluster.store[self._plural].items())
-            if value in func(obj)
-        ]
 
 
 class FakeRecorder:
@@ -120,64 +81,34 @@ class FakeRecorder:
         )
 
 
-@dataclass
-class FakeCluster:
-    """An in-memory API server implementing the ``Client`` protocol."""
+def _start_pending(pod: Obj) -> None:
+    pod.setdefault("status", {"phase": "Pending"})
 
-    store: dict[str, dict[tuple[str, str], Obj]] = field(
-        default_factory=lambda: {r.plural: {} for r in (SANDBOXES, PODS, SERVICES, PVCS)}
-    )
-    calls: list[Call] = field(default_factory=list)
-    failures: dict[tuple[str, str], list[BaseException]] = field(default_factory=dict)
-    _counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
-    # --- test helpers -------------------------------------------------------------------------
-    def fail(self, verb: str, plural: str, *errors: BaseException) -> None:
-        """Make the next calls of ``verb`` on ``plural`` raise these errors, in order."""
-        self.failures.setdefault((verb, plural), []).extend(errors)
+def _allocate_cluster_ip(service: Obj) -> None:
+    spec = service.setdefault("spec", {})
+    if spec.get("clusterIP") is None:
+        spec["clusterIP"] = CLUSTER_IP
 
-    def writes(self, resource: Resource | str | None = None) -> list[Call]:
-        """Recorded calls that change something (optionally of one resource)."""
-        plural = resource.plural if isinstance(resource, Resource) else resource
-        return [
-            call
-            for call in self.calls
-            if call.verb in ("create", "update", "patch", "delete")
-            and (plural is None or call.plural == plural)
-        ]
 
-    def clear_calls(self) -> None:
-        self.calls.clear()
+class FakeCluster(FakeApi):
+    """The runtime's ``FakeApi`` as the Sandbox reconciler's API server (see module docstring).
 
-    def _next_rv(self) -> str:
-        return str(next(self._counter))
+    Everything ``FakeApi`` offers applies: ``add``, ``obj``, ``mutate``, ``fail``, ``writes``,
+    ``clear_calls``, ``calls``, ``on_request``.
+    """
 
-    def add(self, resource: Resource, obj: Obj) -> Obj:
-        """Store an object as if created by someone else (fills uid, rv, generation)."""
-        obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", NS)
-        meta.setdefault("uid", f"uid-{meta['name']}-{next(self._counter)}")
-        meta.setdefault("creationTimestamp", NOW_TEXT)
-        meta["resourceVersion"] = self._next_rv()
-        if resource is SANDBOXES:
-            meta.setdefault("generation", 1)
-        obj.setdefault("apiVersion", resource.api_version)
-        obj.setdefault("kind", resource.kind)
-        self.store[resource.plural][(meta["namespace"], meta["name"])] = obj
-        return copy.deepcopy(obj)
+    def __init__(self) -> None:
+        super().__init__(
+            clock=lambda: NOW,
+            default_namespace=NS,
+            defaults={PODS: _start_pending, SERVICES: _allocate_cluster_ip},
+        )
 
-    def obj(self, resource: Resource, name: str, namespace: str = NS) -> Obj | None:
-        found = self.store[resource.plural].get((namespace, name))
-        return copy.deepcopy(found) if found is not None else None
-
-    def mutate(
-        self, resource: Resource, name: str, func: Callable[[Obj], None], namespace: str = NS
-    ) -> None:
-        """Change a stored object in place (a kubelet or a user would), bumping its RV."""
-        obj = self.store[resource.plural][(namespace, name)]
-        func(obj)
-        obj["metadata"]["resourceVersion"] = self._next_rv()
+    @property
+    def store(self) -> dict[str, dict[tuple[str, str], Obj]]:
+        """The live stores of the four kinds by plural, keyed by ``(namespace, name)``."""
+        return {r.plural: self.contents(r) for r in (SANDBOXES, PODS, SERVICES, PVCS)}
 
     def set_pod_status(
         self,
@@ -189,6 +120,8 @@ class FakeCluster:
         node: str | None = "node-1",
         namespace: str = NS,
     ) -> None:
+        """Set a stored Pod's status as the kubelet would (phase, Ready, IPs, node)."""
+
         def change(pod: Obj) -> None:
             status: Obj = {"phase": phase}
             status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
@@ -204,179 +137,30 @@ class FakeCluster:
     def readers(
         self, *, pod_transform: Callable[[Obj], Obj] | None = None
     ) -> dict[str, FakeReader]:
+        """Cache views of the four kinds, by the reconciler's keyword; pods get the hash index."""
         return {
-            "sandboxes": FakeReader(self, SANDBOXES.plural),
-            "pods": FakeReader(
-                self,
-                PODS.plural,
+            "sandboxes": self.reader(SANDBOXES),
+            "pods": self.reader(
+                PODS,
                 indexes={POD_NAME_HASH_INDEX: pod_name_hash_index},
                 transform=pod_transform,
             ),
-            "services": FakeReader(self, SERVICES.plural),
-            "pvcs": FakeReader(self, PVCS.plural),
+            "services": self.reader(SERVICES),
+            "pvcs": self.reader(PVCS),
         }
 
     def reconciler(self, **kwargs: Any) -> SandboxReconciler:
+        """A SandboxReconciler on this cluster (``pod_transform`` goes to the pods reader)."""
         readers = self.readers(pod_transform=kwargs.pop("pod_transform", None))
         kwargs.setdefault("clock", Clock())
-        return SandboxReconciler(self, **readers, **kwargs)
-
-    def _maybe_fail(self, verb: str, plural: str) -> None:
-        queue = self.failures.get((verb, plural))
-        if queue:
-            raise queue.pop(0)
-
-    def _not_found(self, resource: Resource, name: str) -> ApiError:
-        return ApiError(404, "NotFound", f'{resource.plural} "{name}" not found')
-
-    # --- Client protocol ----------------------------------------------------------------------
-    async def get(self, resource: Resource, namespace: str, name: str) -> Obj:
-        self.calls.append(Call("get", resource.plural, namespace, name))
-        self._maybe_fail("get", resource.plural)
-        found = self.store[resource.plural].get((namespace, name))
-        if found is None:
-            raise self._not_found(resource, name)
-        return copy.deepcopy(found)
-
-    async def list(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-    ) -> Obj:
-        self.calls.append(Call("list", resource.plural, namespace or "", ""))
-        items = [
-            copy.deepcopy(o)
-            for (ns, _), o in self.store[resource.plural].items()
-            if namespace is None or ns == namespace
-        ]
-        return {"items": items, "metadata": {}}
-
-    async def create(
-        self, resource: Resource, namespace: str, body: Obj, *, field_manager: str | None = None
-    ) -> Obj:
-        name = body.get("metadata", {}).get("name", "")
-        self.calls.append(
-            Call(
-                "create",
-                resource.plural,
-                namespace,
-                name,
-                copy.deepcopy(body),
-                field_manager=field_manager,
-            )
+        return SandboxReconciler(
+            self,
+            sandboxes=readers["sandboxes"],
+            pods=readers["pods"],
+            services=readers["services"],
+            pvcs=readers["pvcs"],
+            **kwargs,
         )
-        self._maybe_fail("create", resource.plural)
-        if (namespace, name) in self.store[resource.plural]:
-            raise ApiError(409, "AlreadyExists", f'{resource.plural} "{name}" already exists')
-        obj = copy.deepcopy(body)
-        meta = obj.setdefault("metadata", {})
-        meta["namespace"] = namespace
-        meta["uid"] = f"uid-{name}-{next(self._counter)}"
-        meta["resourceVersion"] = self._next_rv()
-        meta["creationTimestamp"] = NOW_TEXT
-        if resource is PODS:
-            obj.setdefault("status", {"phase": "Pending"})
-        if resource is SERVICES and obj.get("spec", {}).get("clusterIP") is None:
-            obj["spec"]["clusterIP"] = "10.96.0.10"
-        self.store[resource.plural][(namespace, name)] = obj
-        return copy.deepcopy(obj)
-
-    async def update(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        body: Obj,
-        *,
-        subresource: str | None = None,
-        field_manager: str | None = None,
-    ) -> Obj:
-        self.calls.append(
-            Call("update", resource.plural, namespace, name, copy.deepcopy(body), subresource)
-        )
-        self._maybe_fail("update", resource.plural)
-        current = self.store[resource.plural].get((namespace, name))
-        if current is None:
-            raise self._not_found(resource, name)
-        rv = body.get("metadata", {}).get("resourceVersion")
-        if rv is not None and rv != current["metadata"]["resourceVersion"]:
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has '
-                "been modified; please apply your changes to the latest version and try again",
-            )
-        obj = copy.deepcopy(body)
-        obj["metadata"]["uid"] = current["metadata"]["uid"]
-        obj["metadata"]["resourceVersion"] = self._next_rv()
-        self.store[resource.plural][(namespace, name)] = obj
-        return copy.deepcopy(obj)
-
-    async def patch(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        patch: Obj | Sequence[Obj],
-        *,
-        patch_type: str = "merge",
-        subresource: str | None = None,
-        field_manager: str | None = None,
-    ) -> Obj:
-        assert patch_type == "merge", patch_type
-        self.calls.append(
-            Call("patch", resource.plural, namespace, name, copy.deepcopy(patch), subresource)
-        )
-        self._maybe_fail("patch", resource.plural + (f"/{subresource}" if subresource else ""))
-        current = self.store[resource.plural].get((namespace, name))
-        if current is None:
-            raise self._not_found(resource, name)
-        assert isinstance(patch, dict)
-        if subresource == "status":
-            patched = copy.deepcopy(current)
-            patched["status"] = apply_merge_patch(
-                current.get("status") or {}, patch.get("status") or {}
-            )
-        else:
-            body = {k: v for k, v in patch.items() if k != "status"}
-            patched = apply_merge_patch(current, body)
-        rv = (patch.get("metadata") or {}).get("resourceVersion")
-        if rv is not None and rv != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", "the object has been modified")
-        if resource is SANDBOXES and patched.get("spec") != current.get("spec"):
-            patched["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
-        if patched != current:
-            patched["metadata"]["resourceVersion"] = self._next_rv()
-        self.store[resource.plural][(namespace, name)] = patched
-        return copy.deepcopy(patched)
-
-    async def delete(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        *,
-        propagation_policy: str | None = None,
-        preconditions: Mapping[str, str] | None = None,
-    ) -> Obj | None:
-        self.calls.append(
-            Call("delete", resource.plural, namespace, name, preconditions=preconditions)
-        )
-        self._maybe_fail("delete", resource.plural)
-        current = self.store[resource.plural].get((namespace, name))
-        if current is None:
-            raise self._not_found(resource, name)
-        if preconditions and preconditions.get("uid") not in (None, current["metadata"]["uid"]):
-            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition mismatch")
-        if current["metadata"].get("finalizers"):
-            current["metadata"].setdefault("deletionTimestamp", NOW_TEXT)
-            return copy.deepcopy(current)
-        del self.store[resource.plural][(namespace, name)]
-        return copy.deepcopy(current)
 
 
 # --- object builders ---------------------------------------------------------------------------

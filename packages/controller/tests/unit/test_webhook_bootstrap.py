@@ -1,7 +1,8 @@
-"""Secret reuse/creation and CRD patching, against a small in-memory API server fake.
+"""Secret reuse/creation and CRD patching, against the runtime's in-memory API server.
 
-The fake implements the runtime ``Client`` protocol with RFC 7386 merge patches and the
-apiserver's 404/409 statuses; the real API server is exercised by the integration test.
+``FakeApi`` serves RFC 7386 merge patches and the apiserver's 404/409 statuses, and its
+request hook lets a test create the Secret between our GET and create, as another replica
+would; the real API server is exercised by the integration test.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import base64
 import copy
 import stat
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
 
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, PatchType, Resource
+from kube_agent_sandbox.controller.runtime.fake import FakeApi
+from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 from kube_agent_sandbox.controller.webhook import (
     CertificateError,
     conversion_patch,
@@ -25,115 +26,28 @@ from kube_agent_sandbox.controller.webhook import (
     manage_webhook_certificates,
     patch_conversion_webhooks,
 )
-from kube_agent_sandbox.controller.webhook.crds import CONVERSION_CRD_NAMES
+from kube_agent_sandbox.controller.webhook.certs import SECRETS
+from kube_agent_sandbox.controller.webhook.crds import CONVERSION_CRD_NAMES, CRDS
 
 NS = "agent-sandbox-system"
 SVC = "agent-sandbox-webhook-service"
 SECRET = "agent-sandbox-webhook-certs"
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+def another_replica_creates_first(api: FakeApi, secret: Obj) -> None:
+    """Store ``secret`` just before the next Secret create, as a faster replica would."""
+
+    def race(verb: str, resource: Resource, namespace: str | None, name: str | None) -> None:
+        if verb == "create" and resource == SECRETS:
+            api.on_request = None
+            api.add(SECRETS, secret)
+
+    api.on_request = race
 
 
-class FakeClient:
-    """Just enough of an API server: objects by (plural, namespace, name)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], Obj] = {}
-        self.calls: list[tuple[str, str, str]] = []
-        self.errors: dict[tuple[str, str], ApiError] = {}
-        self.on_create: dict[str, Obj] = {}  # plural -> object another writer creates first
-
-    def _fail(self, verb: str, name: str) -> None:
-        error = self.errors.get((verb, name))
-        if error is not None:
-            raise error
-
-    async def get(self, resource: Resource, namespace: str, name: str) -> Obj:
-        self.calls.append(("get", resource.plural, name))
-        self._fail("get", name)
-        obj = self.objects.get((resource.plural, namespace, name))
-        if obj is None:
-            raise ApiError(404, "NotFound", f'{resource.plural} "{name}" not found')
-        return copy.deepcopy(obj)
-
-    async def list(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-    ) -> Obj:
-        raise NotImplementedError
-
-    async def create(
-        self, resource: Resource, namespace: str, body: Obj, *, field_manager: str | None = None
-    ) -> Obj:
-        name = body["metadata"]["name"]
-        self.calls.append(("create", resource.plural, name))
-        self._fail("create", name)
-        racer = self.on_create.pop(resource.plural, None)
-        if racer is not None:
-            self.objects[(resource.plural, namespace, name)] = racer
-        key = (resource.plural, namespace, name)
-        if key in self.objects:
-            raise ApiError(409, "AlreadyExists", f'{resource.plural} "{name}" already exists')
-        self.objects[key] = copy.deepcopy(body)
-        return copy.deepcopy(body)
-
-    async def update(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        body: Obj,
-        *,
-        subresource: str | None = None,
-        field_manager: str | None = None,
-    ) -> Obj:
-        raise NotImplementedError
-
-    async def patch(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        patch: Obj | Sequence[Obj],
-        *,
-        patch_type: PatchType = "merge",
-        subresource: str | None = None,
-        field_manager: str | None = None,
-    ) -> Obj:
-        assert patch_type == "merge"
-        self.calls.append(("patch", resource.plural, name))
-        self._fail("patch", name)
-        key = (resource.plural, namespace, name)
-        if key not in self.objects:
-            raise ApiError(404, "NotFound", "not found")
-        self.objects[key] = merge_patch(self.objects[key], patch)
-        return copy.deepcopy(self.objects[key])
-
-    async def delete(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        *,
-        propagation_policy: str | None = None,
-        preconditions: Mapping[str, str] | None = None,
-    ) -> Obj | None:
-        raise NotImplementedError
+def requests(api: FakeApi) -> list[tuple[str, str, str | None]]:
+    """``(verb, plural, name)`` of every request served."""
+    return [(call.verb, call.plural, call.name) for call in api.calls]
 
 
 def secret_of(ca: bytes, cert: bytes, key: bytes) -> Obj:
@@ -151,7 +65,7 @@ def decoded(secret: Obj, key: str) -> bytes:
     return base64.b64decode(secret["data"][key])
 
 
-async def ensure(client: FakeClient, cert_dir: Path) -> Any:
+async def ensure(client: FakeApi, cert_dir: Path) -> Any:
     return await ensure_webhook_certificates(
         client, cert_dir=cert_dir, namespace=NS, service_name=SVC, cluster_domain="cluster.local"
     )
@@ -162,10 +76,8 @@ async def ensure(client: FakeClient, cert_dir: Path) -> Any:
 
 async def test_existing_secret_is_reused(tmp_path: Path) -> None:
     theirs = generate_certificates(service_name=SVC, namespace=NS, cluster_domain="cluster.local")
-    client = FakeClient()
-    client.objects[("secrets", NS, SECRET)] = secret_of(
-        theirs.ca_pem, theirs.cert_pem, theirs.key_pem
-    )
+    client = FakeApi()
+    client.add(SECRETS, secret_of(theirs.ca_pem, theirs.cert_pem, theirs.key_pem))
 
     certs = await ensure(client, tmp_path)
 
@@ -177,20 +89,22 @@ async def test_existing_secret_is_reused(tmp_path: Path) -> None:
 
 
 async def test_missing_secret_is_generated_and_published(tmp_path: Path) -> None:
-    client = FakeClient()
+    client = FakeApi()
 
     certs = await ensure(client, tmp_path)
 
-    secret = client.objects[("secrets", NS, SECRET)]
+    secret = client.obj(SECRETS, SECRET, NS)
+    assert secret is not None
     assert secret["type"] == "Opaque"
-    assert secret["metadata"] == {"name": SECRET, "namespace": NS}
+    [create] = client.writes(SECRETS)
+    assert create.body["metadata"] == {"name": SECRET, "namespace": NS}
     assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
     assert decoded(secret, "ca.crt") == certs.ca_pem
     assert decoded(secret, "tls.crt") == certs.cert_pem == (tmp_path / "tls.crt").read_bytes()
     assert decoded(secret, "tls.key") == certs.key_pem == (tmp_path / "tls.key").read_bytes()
     cert = x509.load_pem_x509_certificate(certs.cert_pem)
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(certs.ca_pem))
-    assert client.calls == [("get", "secrets", SECRET), ("create", "secrets", SECRET)]
+    assert requests(client) == [("get", "secrets", SECRET), ("create", "secrets", SECRET)]
 
     # A second replica (or a restart) reuses what the first published.
     again = await ensure(client, tmp_path / "replica-2")
@@ -199,15 +113,15 @@ async def test_missing_secret_is_generated_and_published(tmp_path: Path) -> None
 
 async def test_losing_the_create_race_loads_the_winners_certificates(tmp_path: Path) -> None:
     winner = generate_certificates(service_name=SVC, namespace=NS, cluster_domain="cluster.local")
-    client = FakeClient()
-    client.on_create["secrets"] = secret_of(winner.ca_pem, winner.cert_pem, winner.key_pem)
+    client = FakeApi()
+    another_replica_creates_first(client, secret_of(winner.ca_pem, winner.cert_pem, winner.key_pem))
 
     certs = await ensure(client, tmp_path)
 
     assert certs == winner
     assert (tmp_path / "tls.crt").read_bytes() == winner.cert_pem
     assert (tmp_path / "tls.key").read_bytes() == winner.key_pem
-    assert client.calls == [
+    assert requests(client) == [
         ("get", "secrets", SECRET),
         ("create", "secrets", SECRET),
         ("get", "secrets", SECRET),
@@ -216,8 +130,8 @@ async def test_losing_the_create_race_loads_the_winners_certificates(tmp_path: P
 
 async def test_invalid_secret_is_an_error(tmp_path: Path) -> None:
     good = generate_certificates(service_name=SVC, namespace=NS, cluster_domain="cluster.local")
-    client = FakeClient()
-    client.objects[("secrets", NS, SECRET)] = secret_of(b"nope", good.cert_pem, good.key_pem)
+    client = FakeApi()
+    client.add(SECRETS, secret_of(b"nope", good.cert_pem, good.key_pem))
 
     with pytest.raises(CertificateError) as info:
         await ensure(client, tmp_path)
@@ -235,15 +149,17 @@ async def test_invalid_secret_is_an_error(tmp_path: Path) -> None:
     ids=["empty", "bad-base64", "no-data"],
 )
 async def test_secret_without_usable_data_is_an_error(tmp_path: Path, data: Any) -> None:
-    client = FakeClient()
-    client.objects[("secrets", NS, SECRET)] = {"metadata": {"name": SECRET}, "data": data}
+    client = FakeApi()
+    client.add(SECRETS, {"metadata": {"name": SECRET, "namespace": NS}, "data": data})
     with pytest.raises(CertificateError, match="missing certificate or key data"):
         await ensure(client, tmp_path)
 
 
 async def test_invalid_secret_after_a_lost_race_is_an_error(tmp_path: Path) -> None:
-    client = FakeClient()
-    client.on_create["secrets"] = {"metadata": {"name": SECRET}, "data": {}}
+    client = FakeApi()
+    another_replica_creates_first(
+        client, {"metadata": {"name": SECRET, "namespace": NS}, "data": {}}
+    )
     with pytest.raises(CertificateError, match="invalid certificate data during concurrent load"):
         await ensure(client, tmp_path)
 
@@ -252,13 +168,13 @@ async def test_unwritable_cert_dir_is_an_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(CertificateError, match="failed to write certificate files locally"):
-        await ensure(FakeClient(), blocker / "certs")
+        await ensure(FakeApi(), blocker / "certs")
 
 
 @pytest.mark.parametrize("verb", ["get", "create"])
 async def test_other_api_errors_propagate(tmp_path: Path, verb: str) -> None:
-    client = FakeClient()
-    client.errors[(verb, SECRET)] = ApiError(403, "Forbidden", "no")
+    client = FakeApi()
+    client.fail(verb, "secrets", ApiError(403, "Forbidden", "no"))
     with pytest.raises(ApiError) as info:
         await ensure(client, tmp_path)
     assert info.value.status == 403
@@ -374,22 +290,20 @@ def test_patch_is_empty_when_up_to_date() -> None:
 
 
 async def test_patch_conversion_webhooks_skips_missing_and_non_webhook_crds() -> None:
-    client = FakeClient()
+    client = FakeApi()
     core, claims, templates, pools = CONVERSION_CRD_NAMES
-    client.objects[("customresourcedefinitions", "", core)] = crd(
-        core, webhook=copy.deepcopy(SHIPPED_WEBHOOK)
-    )
-    client.objects[("customresourcedefinitions", "", claims)] = crd(claims, strategy="None")
-    client.objects[("customresourcedefinitions", "", pools)] = crd(pools)
+    client.add(CRDS, crd(core, webhook=copy.deepcopy(SHIPPED_WEBHOOK)))
+    stored_claims = client.add(CRDS, crd(claims, strategy="None"))
+    client.add(CRDS, crd(pools))
     # templates CRD is not installed
 
     patched = await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS)
 
     assert patched == [core, pools]
     for name in (core, pools):
-        webhook = client.objects[("customresourcedefinitions", "", name)]["spec"]["conversion"][
-            "webhook"
-        ]
+        stored = client.obj(CRDS, name)
+        assert stored is not None
+        webhook = stored["spec"]["conversion"]["webhook"]
         assert webhook == {
             "conversionReviewVersions": ["v1", "v1beta1"],
             "clientConfig": {
@@ -397,32 +311,30 @@ async def test_patch_conversion_webhooks_skips_missing_and_non_webhook_crds() ->
                 "caBundle": CA_B64,
             },
         }
-    assert client.objects[("customresourcedefinitions", "", claims)] == crd(claims, strategy="None")
-    assert ("get", "customresourcedefinitions", templates) in client.calls
+    assert client.obj(CRDS, claims) == stored_claims
+    assert ("get", "customresourcedefinitions", templates) in requests(client)
 
     # Idempotent: nothing left to change, so nothing is written.
     assert await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS) == []
 
 
 async def test_patch_conversion_webhooks_propagates_other_errors() -> None:
-    client = FakeClient()
+    client = FakeApi()
     name = CONVERSION_CRD_NAMES[0]
-    client.objects[("customresourcedefinitions", "", name)] = crd(name)
-    client.errors[("patch", name)] = ApiError(403, "Forbidden", "denied")
+    client.add(CRDS, crd(name))
+    client.fail("patch", "customresourcedefinitions", ApiError(403, "Forbidden", "denied"))
     with pytest.raises(ApiError, match="403"):
         await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS)
 
-    client.errors[("get", name)] = ApiError(500, "InternalError", "etcd")
+    client.fail("get", "customresourcedefinitions", ApiError(500, "InternalError", "etcd"))
     with pytest.raises(ApiError, match="500"):
         await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS)
 
 
 async def test_manage_webhook_certificates_end_to_end(tmp_path: Path) -> None:
-    client = FakeClient()
+    client = FakeApi()
     for name in CONVERSION_CRD_NAMES:
-        client.objects[("customresourcedefinitions", "", name)] = crd(
-            name, webhook=copy.deepcopy(SHIPPED_WEBHOOK)
-        )
+        client.add(CRDS, crd(name, webhook=copy.deepcopy(SHIPPED_WEBHOOK)))
 
     certs = await manage_webhook_certificates(
         client,
@@ -436,9 +348,9 @@ async def test_manage_webhook_certificates_end_to_end(tmp_path: Path) -> None:
 
     ca_b64 = base64.b64encode(certs.ca_pem).decode()
     for name in CONVERSION_CRD_NAMES:
-        config = client.objects[("customresourcedefinitions", "", name)]["spec"]["conversion"][
-            "webhook"
-        ]["clientConfig"]
+        stored = client.obj(CRDS, name)
+        assert stored is not None
+        config = stored["spec"]["conversion"]["webhook"]["clientConfig"]
         assert config == {"url": "https://127.0.0.1:9443/convert", "caBundle": ca_b64}
     assert (tmp_path / "tls.crt").read_bytes() == certs.cert_pem
-    assert ("secrets", NS, SECRET) in client.objects
+    assert client.obj(SECRETS, SECRET, NS) is not None

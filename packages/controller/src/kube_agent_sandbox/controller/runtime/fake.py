@@ -2,11 +2,20 @@
 
 It implements the ``Client`` and ``ListWatcher`` protocols with the behaviour tests depend on:
 resourceVersions, optimistic concurrency (409 on a stale resourceVersion), AlreadyExists and
-NotFound, finalizers (delete sets deletionTimestamp), paginated LIST, watch streams that replay
-history from a resourceVersion, compaction (a watch from before it gets 410 Gone), dropping all
-watch connections (like an API server restart), bookmarks, and injected errors. Merge and apply
-patches are both applied as JSON merge patches; JSON patches support add/replace/remove.
-It is a test double: integration tests run against a real kube-apiserver.
+NotFound, delete preconditions (UID, resourceVersion), finalizers (delete sets
+deletionTimestamp; removing the last finalizer then deletes), no-op writes that change nothing,
+paginated LIST, watch streams that replay history from a resourceVersion, compaction (a watch
+from before it gets 410 Gone), dropping all watch connections (like an API server restart),
+bookmarks, and injected errors. Merge and apply patches are both applied as JSON merge patches;
+JSON patches support add/replace/remove/test.
+
+For tests it records every request with its body (``calls``, ``writes``), fails requests on
+demand per verb and resource (``errors``, ``fail``), runs a hook before each request so a test
+can act as another client between two calls (``on_request``), seeds and changes objects behind
+the clients' backs (``add``, ``mutate``, ``contents``), and hands out ``Reader`` views of its
+store that stand in for synced informer caches (``reader``). It is a test double, shipped with
+the runtime like controller-runtime's fake client: integration tests run against a real
+kube-apiserver.
 """
 
 from __future__ import annotations
@@ -19,10 +28,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
+    IndexFunc,
     Obj,
     PatchType,
     Resource,
@@ -32,10 +42,14 @@ from kube_agent_sandbox.controller.runtime.types import (
 
 _Key = tuple[str, str]
 _CLOSE = object()
+_WRITE_VERBS = ("create", "update", "patch", "delete")
+_PRECONDITION_NAMES = {"uid": "UID", "resourceVersion": "ResourceVersion"}
 
+Hook = Callable[[str, Resource, str | None, str | None], None]
+"""Called as ``(verb, resource, namespace, name)`` before a request is served."""
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+Defaulter = Callable[[Obj], None]
+"""Fills in server-set fields of a new object in place (a stand-in for admission defaults)."""
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -112,6 +126,34 @@ def _selector_matches(obj: Obj, selector: str | None) -> bool:
     return True
 
 
+def _conflict(resource: Resource, name: str) -> ApiError:
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource.plural} "{name}": '
+        "the object has been modified; please apply your changes to the latest version "
+        "and try again",
+    )
+
+
+class Call(NamedTuple):
+    """One request served by :class:`FakeApi` (a tuple, so ``call[0]`` is the verb).
+
+    ``body`` is a copy of what was sent (the object for create/update, the patch for patch);
+    ``namespace`` is empty for cluster-scoped resources and None for an all-namespaces LIST
+    or WATCH; ``name`` is None for LIST and WATCH.
+    """
+
+    verb: str
+    plural: str
+    namespace: str | None
+    name: str | None
+    body: Any = None
+    subresource: str | None = None
+    field_manager: str | None = None
+    preconditions: Mapping[str, str] | None = None
+
+
 @dataclass
 class _Watcher:
     resource: Resource
@@ -124,40 +166,91 @@ class FakeApi:
     """In-memory API server (see module docstring).
 
     Attributes:
-        calls: every request as ``(verb, plural, namespace, name)``.
-        errors: ``(verb, plural) -> ApiError`` raised once by the next matching request
-            (verbs: get, list, create, update, patch, delete, watch).
+        calls: every request, in order.
+        errors: ``(verb, resource) -> ApiError`` raised once by the next matching request
+            (verbs: get, list, create, update, patch, delete, watch; ``resource`` is the plural,
+            or ``plural/subresource`` for a request to a subresource).
+        failures: queued errors per ``(verb, resource)``, as added by :meth:`fail`.
+        on_request: a :data:`Hook` run before each request is served (after it is recorded);
+            it may change the store, e.g. to act as another client between two calls.
+        default_namespace: the namespace :meth:`add`, :meth:`obj` and :meth:`mutate` use for
+            namespaced objects when none is given.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        default_namespace: str = "",
+        defaults: Mapping[Resource, Defaulter] | None = None,
+    ) -> None:
+        """Create an empty API server.
+
+        Args:
+            clock: The time for creationTimestamp and deletionTimestamp (default: now).
+            default_namespace: See the class attributes.
+            defaults: Per resource, what the server fills into a created object (e.g. a Pod's
+                ``status.phase``); applied on :meth:`create`, not on :meth:`add`.
+        """
         self._objects: dict[Resource, dict[_Key, Obj]] = {}
         self._history: dict[Resource, builtins.list[tuple[int, WatchEventType, Obj]]] = {}
         self._watchers: builtins.list[_Watcher] = []
         self._rv = itertools.count(1)
+        self._clock = clock
+        self._defaults = dict(defaults or {})
         self.last_rv = 0
         self.compacted_rv = 0
-        self.calls: builtins.list[tuple[str, str, str | None, str | None]] = []
+        self.calls: builtins.list[Call] = []
         self.errors: dict[tuple[str, str], ApiError] = {}
-        self.on_request: Callable[[str, Resource, str | None, str | None], None] | None = None
+        self.failures: dict[tuple[str, str], builtins.list[BaseException]] = {}
+        self.on_request: Hook | None = None
+        self.default_namespace = default_namespace
 
     # -- helpers ----------------------------------------------------------------------------
-    def _enter(self, verb: str, resource: Resource, ns: str | None, name: str | None) -> None:
-        self.calls.append((verb, resource.plural, ns, name))
+    def _enter(self, resource: Resource, call: Call) -> None:
+        self.calls.append(call)
         if self.on_request is not None:
-            self.on_request(verb, resource, ns, name)
-        err = self.errors.pop((verb, resource.plural), None)
+            self.on_request(call.verb, resource, call.namespace, call.name)
+        target = f"{resource.plural}/{call.subresource}" if call.subresource else resource.plural
+        queued = self.failures.get((call.verb, target))
+        if queued:
+            raise queued.pop(0)
+        err = self.errors.pop((call.verb, target), None)
         if err is not None:
             raise err
+
+    def _serve(self, resource: Resource, call: Call) -> Obj:
+        """Enter ``call`` and return the stored object it names (not a copy) or raise 404."""
+        self._enter(resource, call)
+        obj = self._store(resource).get((call.namespace or "", str(call.name)))
+        if obj is None:
+            raise self._not_found(resource, str(call.name))
+        return obj
 
     def _next_rv(self) -> str:
         self.last_rv = next(self._rv)
         return str(self.last_rv)
+
+    def _timestamp(self) -> str:
+        now = self._clock() if self._clock is not None else datetime.now(UTC)
+        return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def _store(self, resource: Resource) -> dict[_Key, Obj]:
         return self._objects.setdefault(resource, {})
 
     def _ns(self, resource: Resource, namespace: str | None) -> str:
         return (namespace or "") if resource.namespaced else ""
+
+    def _key(self, resource: Resource, name: str, namespace: str | None) -> _Key:
+        given = self.default_namespace if namespace is None else namespace
+        return (self._ns(resource, given), name)
+
+    @staticmethod
+    def _place(meta: Obj, namespace: str) -> None:
+        if namespace:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)  # cluster-scoped objects have none
 
     def _emit(self, resource: Resource, etype: WatchEventType, obj: Obj) -> None:
         rv = int(obj["metadata"]["resourceVersion"])
@@ -166,6 +259,12 @@ class FakeApi:
         for w in self._watchers:
             if w.resource == resource and self._visible(w, snapshot):
                 w.queue.put_nowait(WatchEvent(etype, copy.deepcopy(snapshot)))
+
+    def _insert(self, resource: Resource, key: _Key, obj: Obj) -> Obj:
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._store(resource)[key] = obj
+        self._emit(resource, "ADDED", obj)
+        return copy.deepcopy(obj)
 
     @staticmethod
     def _visible(w: _Watcher, obj: Obj) -> bool:
@@ -181,6 +280,93 @@ class FakeApi:
     def objects(self, resource: Resource) -> builtins.list[Obj]:
         """Deep copies of every stored object of ``resource``."""
         return [copy.deepcopy(o) for o in self._store(resource).values()]
+
+    def obj(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        """A deep copy of one stored object, or None (no request is recorded)."""
+        found = self._store(resource).get(self._key(resource, name, namespace))
+        return copy.deepcopy(found) if found is not None else None
+
+    def contents(self, resource: Resource) -> dict[_Key, Obj]:
+        """The live store of ``resource`` by ``(namespace, name)``.
+
+        Editing it changes the server silently: no resourceVersion, no watch event.
+        """
+        return self._store(resource)
+
+    def add(self, resource: Resource, obj: Obj) -> Obj:
+        """Store an object as if another client had created it.
+
+        Missing server-set fields are filled in (namespace, uid, creationTimestamp,
+        generation 1, kind, apiVersion) and the resourceVersion is always new. No request is
+        recorded and no failure injected; watchers see ADDED. An existing object is replaced.
+
+        Returns:
+            A deep copy of the stored object.
+        """
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        key = self._key(resource, meta["name"], meta.get("namespace"))
+        self._place(meta, key[0])
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", self._timestamp())
+        meta.setdefault("generation", 1)
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        return self._insert(resource, key, obj)
+
+    def mutate(
+        self,
+        resource: Resource,
+        name: str,
+        func: Callable[[Obj], None],
+        namespace: str | None = None,
+    ) -> Obj:
+        """Change a stored object in place, as a kubelet or a user would.
+
+        The object gets a new resourceVersion and watchers see MODIFIED; no request is
+        recorded. A missing object raises KeyError.
+
+        Returns:
+            A deep copy of the changed object.
+        """
+        obj = self._store(resource)[self._key(resource, name, namespace)]
+        func(obj)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit(resource, "MODIFIED", obj)
+        return copy.deepcopy(obj)
+
+    def fail(self, verb: str, resource: str, *errors: BaseException) -> None:
+        """Make the next requests of ``verb`` on ``resource`` raise these errors, in order.
+
+        Args:
+            verb: get, list, create, update, patch, delete or watch.
+            resource: The plural, or ``plural/subresource`` (e.g. ``sandboxes/status``).
+            *errors: One error per request to fail; later requests are served.
+        """
+        self.failures.setdefault((verb, resource), []).extend(errors)
+
+    def writes(self, resource: Resource | str | None = None) -> builtins.list[Call]:
+        """Recorded requests that change something (optionally of one resource or plural)."""
+        plural = resource.plural if isinstance(resource, Resource) else resource
+        return [
+            call
+            for call in self.calls
+            if call.verb in _WRITE_VERBS and (plural is None or call.plural == plural)
+        ]
+
+    def clear_calls(self) -> None:
+        """Forget the recorded requests."""
+        self.calls.clear()
+
+    def reader(
+        self,
+        resource: Resource,
+        *,
+        indexes: Mapping[str, IndexFunc] | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
+    ) -> FakeReader:
+        """A ``Reader`` over ``resource`` that always sees the current store."""
+        return FakeReader(self, resource, indexes=indexes, transform=transform)
 
     def compact(self) -> None:
         """Forget history: watches from any earlier resourceVersion now get 410 Gone."""
@@ -220,11 +406,9 @@ class FakeApi:
         self, resource: Resource, namespace: str, name: str, *, subresource: str | None = None
     ) -> Obj:
         """GET one object."""
-        self._enter("get", resource, namespace, name)
-        obj = self._store(resource).get((self._ns(resource, namespace), name))
-        if obj is None:
-            raise self._not_found(resource, name)
-        found = copy.deepcopy(obj)
+        ns = self._ns(resource, namespace)
+        call = Call("get", resource.plural, ns, name, subresource=subresource)
+        found = copy.deepcopy(self._serve(resource, call))
         await asyncio.sleep(0)  # a network round trip: lets concurrent callers interleave
         return found
 
@@ -238,7 +422,7 @@ class FakeApi:
         continue_token: str | None = None,
     ) -> Obj:
         """LIST with pagination (continue tokens are offsets pinned to a resourceVersion)."""
-        self._enter("list", resource, namespace, None)
+        self._enter(resource, Call("list", resource.plural, namespace, None))
         items = [
             o
             for (ns, _), o in sorted(self._store(resource).items())
@@ -268,30 +452,29 @@ class FakeApi:
     async def create(
         self, resource: Resource, namespace: str, body: Obj, *, field_manager: str | None = None
     ) -> Obj:
-        """Create; generateName is honoured."""
+        """Create; generateName is honoured and the resource's defaulter applied."""
         ns = self._ns(resource, namespace)
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         name = meta.get("name")
-        self._enter("create", resource, ns, name)
+        sent = copy.deepcopy(body)
+        self._enter(resource, Call("create", resource.plural, ns, name, sent, None, field_manager))
         if not name:
             raise ApiError(422, "Invalid", "metadata.name: Required value")
-        store = self._store(resource)
-        if (ns, name) in store:
+        if (ns, name) in self._store(resource):
             raise ApiError(409, "AlreadyExists", f'{resource.plural} "{name}" already exists')
-        if ns:
-            meta["namespace"] = ns
+        self._place(meta, ns)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = _now()
+        meta["creationTimestamp"] = self._timestamp()
         meta["generation"] = 1
-        meta["resourceVersion"] = self._next_rv()
         meta.pop("deletionTimestamp", None)
         obj["kind"], obj["apiVersion"] = resource.kind, resource.api_version
-        store[(ns, name)] = obj
-        self._emit(resource, "ADDED", obj)
-        return copy.deepcopy(obj)
+        defaulter = self._defaults.get(resource)
+        if defaulter is not None:
+            defaulter(obj)
+        return self._insert(resource, (ns, name), obj)
 
     def _write(
         self, resource: Resource, key: _Key, new: Obj, *, subresource: str | None, old: Obj
@@ -313,13 +496,17 @@ class FakeApi:
         meta["generation"] = old["metadata"].get("generation", 1) + (
             1 if new.get("spec") != old.get("spec") else 0
         )
-        meta["resourceVersion"] = self._next_rv()
+        meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         new["kind"], new["apiVersion"] = resource.kind, resource.api_version
         store = self._store(resource)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            meta["resourceVersion"] = self._next_rv()
             del store[key]
             self._emit(resource, "DELETED", new)
+        elif new == old:
+            return copy.deepcopy(old)  # a no-op write: no new resourceVersion, no event
         else:
+            meta["resourceVersion"] = self._next_rv()
             store[key] = new
             self._emit(resource, "MODIFIED", new)
         return copy.deepcopy(new)
@@ -336,19 +523,12 @@ class FakeApi:
     ) -> Obj:
         """Replace; a resourceVersion other than the stored one is a 409 Conflict."""
         ns = self._ns(resource, namespace)
-        self._enter("update", resource, ns, name)
-        old = self._store(resource).get((ns, name))
-        if old is None:
-            raise self._not_found(resource, name)
+        sent = copy.deepcopy(body)
+        call = Call("update", resource.plural, ns, name, sent, subresource, field_manager)
+        old = self._serve(resource, call)
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {resource.plural} "{name}": '
-                "the object has been modified; please apply your changes to the latest version "
-                "and try again",
-            )
+            raise _conflict(resource, name)
         return self._write(resource, (ns, name), body, subresource=subresource, old=old)
 
     async def patch(
@@ -364,10 +544,9 @@ class FakeApi:
     ) -> Obj:
         """Patch (merge/strategic/apply as merge patch; json as RFC 6902 subset)."""
         ns = self._ns(resource, namespace)
-        self._enter("patch", resource, ns, name)
-        old = self._store(resource).get((ns, name))
-        if old is None:
-            raise self._not_found(resource, name)
+        sent = copy.deepcopy(patch)
+        call = Call("patch", resource.plural, ns, name, sent, subresource, field_manager)
+        old = self._serve(resource, call)
         if patch_type == "json":
             new = _json_patch(old, list(patch) if not isinstance(patch, Mapping) else [])
         else:
@@ -375,7 +554,7 @@ class FakeApi:
                 raise ApiError(400, "BadRequest", "patch must be an object")
             rv = (patch.get("metadata") or {}).get("resourceVersion")
             if rv and rv != old["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "the object has been modified")
+                raise _conflict(resource, name)
             new = merge_patch(old, dict(patch))
         return self._write(resource, (ns, name), new, subresource=subresource, old=old)
 
@@ -388,24 +567,30 @@ class FakeApi:
         propagation_policy: str | None = None,
         preconditions: Mapping[str, str] | None = None,
     ) -> Obj | None:
-        """Delete; with finalizers only deletionTimestamp is set (and the object returned)."""
+        """Delete; with finalizers only deletionTimestamp is set (and the object returned).
+
+        ``preconditions`` (``uid``, ``resourceVersion``) that do not match are a 409 Conflict.
+        """
         ns = self._ns(resource, namespace)
-        self._enter("delete", resource, ns, name)
-        store = self._store(resource)
-        old = store.get((ns, name))
-        if old is None:
-            raise self._not_found(resource, name)
+        given = dict(preconditions) if preconditions is not None else None
+        old = self._serve(resource, Call("delete", resource.plural, ns, name, preconditions=given))
         meta = old["metadata"]
         for field, value in (preconditions or {}).items():
             if meta.get(field) != value:
-                raise ApiError(409, "Conflict", f"Precondition failed: {field} mismatch")
+                label = _PRECONDITION_NAMES.get(field, field)
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: {label} in precondition: {value}, "
+                    f"{label} in object meta: {meta.get(field)}",
+                )
         if meta.get("finalizers"):
             if not meta.get("deletionTimestamp"):
-                meta["deletionTimestamp"] = _now()
+                meta["deletionTimestamp"] = self._timestamp()
                 meta["resourceVersion"] = self._next_rv()
                 self._emit(resource, "MODIFIED", old)
             return copy.deepcopy(old)
-        del store[(ns, name)]
+        del self._store(resource)[(ns, name)]
         meta["resourceVersion"] = self._next_rv()
         self._emit(resource, "DELETED", old)
         return copy.deepcopy(old)
@@ -422,7 +607,7 @@ class FakeApi:
         timeout_seconds: int | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """Replay history after ``resource_version``, then stream live events."""
-        self._enter("watch", resource, namespace, None)
+        self._enter(resource, Call("watch", resource.plural, namespace, None))
         since = int(resource_version) if resource_version else self.last_rv
         if since < self.compacted_rv:
             raise ApiError(410, "Expired", f"too old resource version: {since}")
@@ -442,3 +627,57 @@ class FakeApi:
         finally:
             if w in self._watchers:
                 self._watchers.remove(w)
+
+
+class FakeReader:
+    """A ``Reader`` over one resource of a :class:`FakeApi`: a cache that is always in sync.
+
+    Objects are handed out as deep copies, optionally through ``transform`` (as an informer's
+    transform would strip them); ``by_index`` raises KeyError for an index it was not given,
+    as the informer does.
+    """
+
+    def __init__(
+        self,
+        api: FakeApi,
+        resource: Resource,
+        *,
+        indexes: Mapping[str, IndexFunc] | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
+    ) -> None:
+        """Read ``resource`` from ``api`` with these indexes and transform."""
+        self._api = api
+        self._resource = resource
+        self._indexes = dict(indexes or {})
+        self._transform = transform
+
+    def _view(self, obj: Obj) -> Obj:
+        view = copy.deepcopy(obj)
+        return self._transform(view) if self._transform else view
+
+    def _sorted(self) -> builtins.list[tuple[_Key, Obj]]:
+        return sorted(self._api.contents(self._resource).items(), key=lambda item: item[0])
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The object, or None."""
+        obj = self._api.contents(self._resource).get((namespace, name))
+        return None if obj is None else self._view(obj)
+
+    def list(
+        self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+    ) -> builtins.list[Obj]:
+        """Objects in ``namespace`` (all when None) carrying every label in ``labels``."""
+        found = []
+        for (ns, _), obj in self._sorted():
+            if namespace is not None and ns != namespace:
+                continue
+            obj_labels = obj.get("metadata", {}).get("labels") or {}
+            if labels and any(obj_labels.get(k) != v for k, v in labels.items()):
+                continue
+            found.append(self._view(obj))
+        return found
+
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
+        """Objects whose ``index`` values include ``value``."""
+        func = self._indexes[index]
+        return [self._view(obj) for _, obj in self._sorted() if value in func(obj)]
