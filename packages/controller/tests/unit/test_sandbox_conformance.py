@@ -126,6 +126,20 @@ class TestConvergedSandboxMakesNoApiCalls:
         await rec.reconcile(request())
         assert cluster.calls == []
 
+    async def test_finished_pod_under_an_annotated_name(self) -> None:
+        cluster = FakeCluster()
+        sandbox = cluster.add(
+            SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "pool-abcde"})
+        )
+        cluster.add(PODS, make_pod("pool-abcde", labels=hash_label(), owner=sandbox_ref(sandbox)))
+        cluster.set_pod_status("pool-abcde", phase="Succeeded", ready=False)
+        rec = cluster.reconciler()
+        await rec.reconcile(request())
+        assert _conds(cluster)["Finished"]["reason"] == "PodSucceeded"
+        cluster.clear_calls()
+        await rec.reconcile(request())
+        assert cluster.calls == []
+
 
 class TestExpiryPasses:
     async def test_pass_two_with_cleanup_error_leaves_status_alone(self) -> None:
