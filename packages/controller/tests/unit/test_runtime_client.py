@@ -20,6 +20,7 @@ from kube_agent_sandbox.controller.runtime.client import (
 )
 from kube_agent_sandbox.controller.runtime.config import ClusterConfig
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+from kube_agent_sandbox.controller.runtime.ratelimit import TokenBucket
 from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
 
 PODS = Resource("", "v1", "pods", "Pod")
@@ -329,14 +330,20 @@ async def test_client_side_rate_limit_spaces_requests(
 
     srv.handler = ok
     limited = ApiClient(server[1].config, qps=50.0, burst=1, metrics=metrics)
+    # A clock that never advances makes the reservations exact: the bucket holds one token,
+    # so the 2nd request must wait 1/50 s and the 3rd 2/50 s, whatever the machine's load.
+    limited.bucket = TokenBucket(50.0, 1, clock=lambda: 100.0)
     try:
         for _ in range(3):
             await limited.get(PODS, "ns", "p")
     finally:
         await limited.close()
-    hist = metrics.registry.get_sample_value(
-        "rest_client_rate_limiter_duration_seconds_sum",
-        {"verb": "GET", "host": limited.config.host.removeprefix("http://")},
+    labels = {"verb": "GET", "host": limited.config.host.removeprefix("http://")}
+    waited = metrics.registry.get_sample_value(
+        "rest_client_rate_limiter_duration_seconds_sum", labels
     )
-    assert hist is not None
-    assert hist > 0.02  # the 2nd and 3rd request waited for tokens (~20 ms each)
+    count = metrics.registry.get_sample_value(
+        "rest_client_rate_limiter_duration_seconds_count", labels
+    )
+    assert count == 3
+    assert waited == pytest.approx(0.02 + 0.04)
