@@ -14,8 +14,8 @@ from sandbox_fakes import NOW, FakeCluster, make_pod, make_sandbox, owner_ref
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import normalize_rules
+from kube_agent_sandbox.controller.runtime.mergepatch import apply_merge_patch, create_merge_patch
 from kube_agent_sandbox.controller.sandbox.expiry import check_expiry, parse_time
-from kube_agent_sandbox.controller.sandbox.mergepatch import apply_merge_patch, create_merge_patch
 from kube_agent_sandbox.controller.sandbox.metrics import (
     LABEL_NAMES,
     SandboxCollector,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from kube_agent_sandbox.controller.runtime.mergepatch import apply_merge_patch
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
     IndexFunc,
@@ -50,19 +51,6 @@ Hook = Callable[[str, Resource, str | None, str | None], None]
 
 Defaulter = Callable[[Obj], None]
 """Fills in server-set fields of a new object in place (a stand-in for admission defaults)."""
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """Apply an RFC 7386 JSON merge patch (returns a new value)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def _json_patch(doc: Obj, ops: Sequence[Obj]) -> Obj:
@@ -555,7 +543,7 @@ class FakeApi:
             rv = (patch.get("metadata") or {}).get("resourceVersion")
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise _conflict(resource, name)
-            new = merge_patch(old, dict(patch))
+            new = apply_merge_patch(old, dict(patch))
         return self._write(resource, (ns, name), new, subresource=subresource, old=old)
 
     async def delete(

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash as compute_name_hash
+from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
     Client,
@@ -43,7 +44,6 @@ from kube_agent_sandbox.controller.sandbox.errors import (
     wrap,
 )
 from kube_agent_sandbox.controller.sandbox.expiry import IMMEDIATE_REQUEUE, check_expiry
-from kube_agent_sandbox.controller.sandbox.mergepatch import create_merge_patch
 from kube_agent_sandbox.controller.sandbox.ownership import (
     Ownership,
     cannot_adopt_message,

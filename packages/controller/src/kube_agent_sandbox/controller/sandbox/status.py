@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
 from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.conditions import is_condition_true
-from kube_agent_sandbox.controller.sandbox.mergepatch import create_merge_patch
 from kube_agent_sandbox.controller.sandbox.semantic import is_empty, semantic_equal
 
 STATUS_FIELDS = ("serviceFQDN", "service", "conditions", "selector", "podIPs", "nodeName")

@@ -1,8 +1,8 @@
 """RFC 7386 JSON merge patches computed as the difference between two objects.
 
-The controller writes pods, services, Sandbox metadata and Sandbox status with merge patches
-computed against the copy it read (controller-runtime's ``client.MergeFrom``): only what it
-changed goes over the wire, so fields it does not know or stripped from its cache survive.
+Reconcilers write with merge patches computed against the copy they read (controller-runtime's
+``client.MergeFrom``): only what they changed goes over the wire, so fields they do not know or
+stripped from their cache survive. The in-memory fake API applies patches with the same code.
 """
 
 from __future__ import annotations
