@@ -43,6 +43,6 @@ fi
 log "syncing the Python environment (uv.lock)"
 uv sync --all-packages --all-groups --locked --quiet
 
-log "building the local cluster's binaries (cold: ~25 min, warm: seconds)"
+log "building the local cluster's binaries (cold: ~8 min, warm: ~1 s)"
 uv run --frozen --no-sync python -m kube_agent_sandbox.testing.build --with-node
 log "ready: 'uv run nox -s demo' for the demo, 'uv run nox' for the tests"
