@@ -12,23 +12,20 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
-import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from sandbox_controller_runner import start_sandbox_controller
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
-from kube_agent_sandbox.controller.sandbox.setup import setup
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +33,6 @@ EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Ev
 T = TypeVar("T")
 POLL = 0.1
 WAIT = 90.0  # seconds: a generous bound for a loaded 2-core machine, never asserted on
-
-
-async def _run_controller(kubeconfig: Path, *, namespace: str, options: ControllerOptions) -> None:
-    async with ApiClient(load_kubeconfig(str(kubeconfig))) as client:
-        manager = Manager(client, metrics_bind_address="0", health_bind_address="0")
-        setup(manager, options, namespace=namespace)
-        await manager.run()
 
 
 @dataclass
@@ -128,18 +118,13 @@ async def env(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[Env]:
     assert "sandboxes.agents.x-k8s.io" in agent_sandbox_crds
-    rbac = request.config.rootpath / "manifests" / "rbac" / "role.generated.yaml"
-    identity = controller_runner.identity(
-        "sandbox-controller",
-        namespace=namespace,
-        cluster_roles=["agent-sandbox-controller"],
-        rbac=rbac,
-    )
     # A test class may set ``controller_options`` to run the controller with other flags.
     options = getattr(request.cls, "controller_options", None) or ControllerOptions()
-    controller_runner.start(
-        functools.partial(_run_controller, namespace=namespace, options=options),
-        identity=identity,
+    start_sandbox_controller(
+        controller_runner,
+        rootpath=request.config.rootpath,
+        namespace=namespace,
+        options=options,
         name="sandbox",
     )
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:

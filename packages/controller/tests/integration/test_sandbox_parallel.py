@@ -12,24 +12,21 @@ collector remove every Pod.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from sandbox_controller_runner import start_sandbox_controller
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
-from kube_agent_sandbox.controller.sandbox.setup import setup
 from kube_agent_sandbox.testing.waiting import (
     ObjectRef,
     wait_for_condition,
@@ -48,15 +45,6 @@ PARALLEL_OPTIONS = ControllerOptions(
     kube_api_qps=-1.0,
     kube_api_burst=10,
 )
-
-
-async def _run_controller(kubeconfig: Path, *, namespace: str, options: ControllerOptions) -> None:
-    """The Sandbox controller with the client throttling the options ask for."""
-    config = load_kubeconfig(str(kubeconfig))
-    async with ApiClient(config, qps=options.kube_api_qps, burst=options.kube_api_burst) as api:
-        manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
-        setup(manager, options, namespace=namespace)
-        await manager.run()
 
 
 @dataclass
@@ -87,16 +75,11 @@ async def env(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[Env]:
     assert "sandboxes.agents.x-k8s.io" in agent_sandbox_crds
-    rbac = request.config.rootpath / "manifests" / "rbac" / "role.generated.yaml"
-    identity = controller_runner.identity(
-        "sandbox-controller",
+    start_sandbox_controller(
+        controller_runner,
+        rootpath=request.config.rootpath,
         namespace=namespace,
-        cluster_roles=["agent-sandbox-controller"],
-        rbac=rbac,
-    )
-    controller_runner.start(
-        functools.partial(_run_controller, namespace=namespace, options=PARALLEL_OPTIONS),
-        identity=identity,
+        options=PARALLEL_OPTIONS,
         name="sandbox-parallel",
     )
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as admin:
