@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from kube_agent_sandbox.controller.webhook.x509build import Issuer, build_certificate, key_usage
 
 _VALIDITY = dt.timedelta(days=7)
 _CLOCK_SKEW = dt.timedelta(minutes=5)
@@ -78,33 +80,16 @@ class CertificateAuthority:
         self._key = _new_key()
         now = dt.datetime.now(dt.UTC)
         subject = _name(common_name)
-        self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(subject)
-            .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _CLOCK_SKEW)
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False
-            )
-            .sign(self._key, hashes.SHA256())
+        self._issuer = Issuer(subject, self._key)
+        self._cert = build_certificate(
+            subject,
+            self._key.public_key(),
+            issuer=self._issuer,
+            serial=x509.random_serial_number(),
+            not_before=now - _CLOCK_SKEW,
+            not_after=now + _VALIDITY,
+            usage=key_usage(digital_signature=True, key_cert_sign=True, crl_sign=True),
+            ca=True,
         )
 
     @property
@@ -127,40 +112,19 @@ class CertificateAuthority:
     ) -> KeyPair:
         key = _new_key()
         now = dt.datetime.now(dt.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(self._cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _CLOCK_SKEW)
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=True,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
-                critical=False,
-            )
-        )
         alt_names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
         alt_names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
-        if alt_names:
-            builder = builder.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        cert = builder.sign(self._key, hashes.SHA256())
+        cert = build_certificate(
+            subject,
+            key.public_key(),
+            issuer=self._issuer,
+            serial=x509.random_serial_number(),
+            not_before=now - _CLOCK_SKEW,
+            not_after=now + _VALIDITY,
+            usage=key_usage(digital_signature=True, key_encipherment=True),
+            extended_usages=[usage],
+            sans=alt_names,
+        )
         return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
     def issue_serving(

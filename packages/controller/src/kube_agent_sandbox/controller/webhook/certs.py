@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Final
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kube_agent_sandbox.api.constants import WEBHOOK_SECRET_NAME
 from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Resource
+from kube_agent_sandbox.controller.webhook.x509build import Issuer, build_certificate, key_usage
 
 logger = logging.getLogger(__name__)
 
@@ -120,67 +121,30 @@ def generate_certificates(
     not_before, not_after = now - BACKDATE, now + VALIDITY
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_COMMON_NAME)])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(1)
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
+    ca = Issuer(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_COMMON_NAME)]), ca_key)
+    ca_cert = build_certificate(
+        ca.name,
+        ca_key.public_key(),
+        issuer=ca,
+        serial=1,
+        not_before=not_before,
+        not_after=not_after,
+        usage=key_usage(digital_signature=True, key_cert_sign=True),
+        ca=True,
     )
 
     server_key = ec.generate_private_key(ec.SECP256R1())
     names = service_dns_names(service_name, namespace, cluster_domain)
-    server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([_common_name(f"{service_name}.{namespace}.svc")]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(2)
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=True,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName([_san(n) for n in [*names, *extra_sans]]), critical=False
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
+    server_cert = build_certificate(
+        x509.Name([_common_name(f"{service_name}.{namespace}.svc")]),
+        server_key.public_key(),
+        issuer=ca,
+        serial=2,
+        not_before=not_before,
+        not_after=not_after,
+        usage=key_usage(digital_signature=True, key_encipherment=True),
+        extended_usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=[_san(n) for n in [*names, *extra_sans]],
     )
     key_pem = server_key.private_bytes(
         serialization.Encoding.PEM,
