@@ -12,6 +12,7 @@ manager starts, because its garbage collector discovers new resources only every
 
 from __future__ import annotations
 
+import abc
 import argparse
 import atexit
 import logging
@@ -155,7 +156,32 @@ class LocalClusterOptions:
         check_flags(self.apiserver_args, what="apiserver_args")
 
 
-class LocalCluster:
+class ClusterLifecycle(abc.ABC):
+    """A cluster as a context manager: ``with`` starts it, returns its access, then stops it."""
+
+    def __enter__(self) -> ClusterAccess:
+        """Start the cluster and return its access object."""
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the cluster."""
+        self.stop()
+
+    @abc.abstractmethod
+    def start(self) -> ClusterAccess:
+        """Start the cluster and return its access."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop the cluster and release what it holds."""
+
+
+class LocalCluster(ClusterLifecycle):
     """The whole local cluster as a context manager: ``with LocalCluster(opts) as access:``."""
 
     def __init__(self, options: LocalClusterOptions | None = None) -> None:
@@ -179,19 +205,6 @@ class LocalCluster:
         self._readiness: dict[str, Callable[[ManagedProcess], None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    def __enter__(self) -> ClusterAccess:
-        """Start the cluster and return its access object."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the cluster."""
-        self.stop()
 
     def start(self) -> ClusterAccess:
         """Start every component, wait until each is ready, and return the cluster's access.
@@ -497,23 +510,33 @@ class LocalCluster:
     def _component_kubeconfig(self, name: str, user: str, groups: Sequence[str] = ()) -> Path:
         return self.kubeconfig_for(user, groups=groups, path=self._path(f"{name}.kubeconfig"))
 
-    def _start_controller_manager(self) -> None:
+    def _start_secure_component(self, name: str, user: str, extra_args: Sequence[str]) -> None:
+        """Start a component serving /healthz over TLS on a free port, without leader election."""
         assert self.supervisor is not None
-        kubeconfig = self._component_kubeconfig(
-            "kube-controller-manager", "system:kube-controller-manager"
-        )
+        kubeconfig = self._component_kubeconfig(name, user)
         port = free_port()
         p = self._path("pki")
         process = self.supervisor.start(
-            "kube-controller-manager",
+            name,
             [
-                str(self.options.bin_dir / "kube-controller-manager"),
+                str(self.options.bin_dir / name),
                 f"--kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 f"--tls-cert-file={p / 'localhost.crt'}",
                 f"--tls-private-key-file={p / 'localhost.key'}",
                 "--leader-elect=false",
+                *extra_args,
+            ],
+        )
+        self._wait_healthz(process, port)
+
+    def _start_controller_manager(self) -> None:
+        p = self._path("pki")
+        self._start_secure_component(
+            "kube-controller-manager",
+            "system:kube-controller-manager",
+            [
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={p / 'sa.key'}",
                 f"--root-ca-file={p / 'ca.crt'}",
@@ -524,26 +547,9 @@ class LocalCluster:
                 "--concurrent-gc-syncs=20",
             ],
         )
-        self._wait_healthz(process, port)
 
     def _start_scheduler(self) -> None:
-        assert self.supervisor is not None
-        kubeconfig = self._component_kubeconfig("kube-scheduler", "system:kube-scheduler")
-        port = free_port()
-        p = self._path("pki")
-        process = self.supervisor.start(
-            "kube-scheduler",
-            [
-                str(self.options.bin_dir / "kube-scheduler"),
-                f"--kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--tls-cert-file={p / 'localhost.crt'}",
-                f"--tls-private-key-file={p / 'localhost.key'}",
-                "--leader-elect=false",
-            ],
-        )
-        self._wait_healthz(process, port)
+        self._start_secure_component("kube-scheduler", "system:kube-scheduler", [])
 
     def _wait_healthz(self, process: ManagedProcess, port: int) -> None:
         begin = time.monotonic()

@@ -14,13 +14,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
 from kube_agent_sandbox.testing.access import ClusterAccess, KubectlError
-from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions
+from kube_agent_sandbox.testing.cluster import ClusterLifecycle, LocalCluster, LocalClusterOptions
 from kube_agent_sandbox.testing.images.catalog import BuiltImage
 from kube_agent_sandbox.testing.images.controller import controller_image
 from kube_agent_sandbox.testing.node.realnode import RealNode, RealNodeOptions
@@ -45,7 +44,7 @@ class RealNodeClusterOptions:
     start_timeout: float = 60.0
 
 
-class RealNodeCluster:
+class RealNodeCluster(ClusterLifecycle):
     """Control plane + real node, as a context manager: ``with RealNodeCluster() as access:``."""
 
     def __init__(self, options: RealNodeClusterOptions | None = None) -> None:
@@ -59,19 +58,6 @@ class RealNodeCluster:
         self.local: LocalCluster | None = None
         self.access: ClusterAccess | None = None
         self.timings: dict[str, float] = {}
-
-    def __enter__(self) -> ClusterAccess:
-        """Start the cluster and return its access."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the cluster."""
-        self.stop()
 
     def start(self) -> ClusterAccess:
         """Prepare the node, start the control plane, join the node; return the access.

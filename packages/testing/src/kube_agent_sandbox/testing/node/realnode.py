@@ -438,19 +438,7 @@ class RealNode:
                 settings=settings,
             ),
         )
-
-        def healthy() -> bool:
-            url = f"http://127.0.0.1:{settings.healthz_port}/healthz"
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return bool(response.status == 200)
-
-        wait_until(
-            healthy,
-            timeout=self.options.start_timeout,
-            what="kubelet /healthz",
-            process=self._kubelet,
-            interval=0.2,
-        )
+        self._wait_healthz(self._kubelet, settings.healthz_port)
 
     def _start_kube_proxy(self, control_plane: ControlPlane) -> None:
         assert self._supervisor is not None
@@ -470,17 +458,21 @@ class RealNode:
             "kube-proxy",
             kube_proxy_command(self.options.bin_dir / "kube-proxy", config_file=config_file),
         )
+        self._wait_healthz(self._kube_proxy, settings.healthz_port)
+
+    def _wait_healthz(self, process: ManagedProcess, port: int) -> None:
+        """Wait until ``process`` answers 200 on its plain-HTTP /healthz at ``port``."""
 
         def healthy() -> bool:
-            url = f"http://127.0.0.1:{settings.healthz_port}/healthz"
+            url = f"http://127.0.0.1:{port}/healthz"
             with urllib.request.urlopen(url, timeout=5) as response:
                 return bool(response.status == 200)
 
         wait_until(
             healthy,
             timeout=self.options.start_timeout,
-            what="kube-proxy /healthz",
-            process=self._kube_proxy,
+            what=f"{process.name} /healthz",
+            process=process,
             interval=0.2,
         )
 
