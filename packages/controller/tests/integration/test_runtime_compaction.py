@@ -13,10 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
+from informer_events import record_events
 
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
+from kube_agent_sandbox.controller.runtime.informer import Informer
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, PrerequisiteError
@@ -111,14 +112,7 @@ async def test_informer_relists_after_410_and_delivers_missed_deletions(
     for name in ("keep", "vanish", "change"):
         await client.create(SECRETS, ns, secret(name))
     inf = Informer(client, SECRETS, namespace=ns, label_selector="t=1", retry_backoff=0.05)
-    events: list[tuple[str, str]] = []
-    inf.add_event_handler(
-        EventHandler(
-            on_add=lambda o: events.append(("add", o["metadata"]["name"])),
-            on_update=lambda a, b: events.append(("update", b["metadata"]["name"])),
-            on_delete=lambda o: events.append(("delete", o["metadata"]["name"])),
-        )
-    )
+    events = record_events(inf)
     inf.start()
     async with asyncio.timeout(30):
         await inf.wait_for_sync()

@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import pytest
+from informer_events import record_events
 
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.controller import Controller
 from kube_agent_sandbox.controller.runtime.events import EVENTS, EventSink
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
+from kube_agent_sandbox.controller.runtime.informer import Informer
 from kube_agent_sandbox.controller.runtime.leaderelection import LEASES, LeaderElectionConfig
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
@@ -154,14 +155,7 @@ async def test_informer_list_then_watch(client: ApiClient, namespace: str) -> No
     )
     await client.create(CONFIGMAPS, namespace, cm("other", app="y"))
     inf = Informer(client, CONFIGMAPS, namespace=namespace, label_selector="app=x")
-    events: list[tuple[str, str]] = []
-    inf.add_event_handler(
-        EventHandler(
-            on_add=lambda o: events.append(("add", o["metadata"]["name"])),
-            on_update=lambda a, b: events.append(("update", b["metadata"]["name"])),
-            on_delete=lambda o: events.append(("delete", o["metadata"]["name"])),
-        )
-    )
+    events = record_events(inf)
     inf.start()
     try:
         async with asyncio.timeout(60):
