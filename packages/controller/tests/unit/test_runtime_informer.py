@@ -68,6 +68,13 @@ async def test_paginated_list_fills_cache_and_sets_synced(api: FakeApi) -> None:
         assert inf.get("default", "c0") is None
         assert len(inf.list("default")) == 601
         assert len(inf.list()) == 1203
+        # iterate() yields the same objects as list(), lazily
+        scan = inf.iterate("default")
+        assert not isinstance(scan, list)
+        assert sorted(o["metadata"]["name"] for o in scan) == sorted(
+            o["metadata"]["name"] for o in inf.list("default")
+        )
+        assert sum(1 for _ in inf.iterate()) == 1203
         # listed items lack kind/apiVersion on the wire; the cache fills them in
         assert inf.get("other", "c0")["kind"] == "ConfigMap"  # type: ignore[index]
         assert inf.get("other", "c0")["apiVersion"] == "v1"  # type: ignore[index]

@@ -462,6 +462,26 @@ class TestMetrics:
             == 1.0
         )
 
+    def test_collector_streams_the_cache_instead_of_listing_it(self) -> None:
+        cluster = FakeCluster()
+        for name in ("a", "b", "c"):
+            cluster.add(SANDBOXES, make_sandbox(name))
+        reader = cluster.readers()["sandboxes"]
+
+        def no_list(*args: object, **kwargs: object) -> list[dict[str, object]]:
+            raise AssertionError("a scrape must not materialize the whole cache")
+
+        reader.list = no_list  # type: ignore[method-assign]
+        registry = CollectorRegistry()
+        registry.register(SandboxCollector(reader))
+        total = sum(
+            sample.value
+            for family in registry.collect()
+            if family.name == "agent_sandboxes"
+            for sample in family.samples
+        )
+        assert total == 3
+
     def test_registering_twice_retargets_the_collector(self) -> None:
         first, second = FakeCluster(), FakeCluster()
         first.add(SANDBOXES, make_sandbox("a"))

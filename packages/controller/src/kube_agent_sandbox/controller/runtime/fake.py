@@ -25,7 +25,7 @@ import builtins
 import copy
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -664,6 +664,12 @@ class FakeReader:
                 continue
             found.append(self._view(obj))
         return found
+
+    def iterate(self, namespace: str | None = None) -> Iterator[Obj]:
+        """Objects in ``namespace`` (all when None), one at a time."""
+        for (ns, _), obj in self._sorted():
+            if namespace is None or ns == namespace:
+                yield self._view(obj)
 
     def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         """Objects whose ``index`` values include ``value``."""

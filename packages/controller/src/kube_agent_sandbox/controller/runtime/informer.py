@@ -19,7 +19,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +169,14 @@ class Informer:
         if not labels:
             return list(candidates)
         return [obj for obj in candidates if labels_match(obj, labels)]
+
+    def iterate(self, namespace: str | None = None) -> Iterator[Obj]:
+        """Yield cached objects one at a time, decoding each only when it is reached."""
+        if namespace is None:
+            yield from self._iter_all()
+            return
+        for packed in list(self._store.get(namespace, {}).values()):
+            yield self._unpack(packed)
 
     def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         """Cached objects whose index function returned ``value``.

@@ -8,7 +8,7 @@ plain JSON dicts as the API server sends them: hot paths never build model class
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -108,6 +108,13 @@ class Reader(Protocol):
     ) -> list[Obj]: ...
 
     def by_index(self, index: str, value: str) -> builtins.list[Obj]: ...
+
+    def iterate(self, namespace: str | None = None) -> Iterator[Obj]:
+        """Yield cached objects one at a time (for scans of the whole cache, e.g. metrics).
+
+        Unlike :meth:`list`, a scan never holds every decoded object at once.
+        """
+        ...
 
 
 class Client(Protocol):

