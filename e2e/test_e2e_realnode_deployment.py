@@ -33,16 +33,22 @@ def test_controller_runs_in_the_cluster_on_the_real_node(
     assert pod["spec"]["containers"][0]["image"] == image
 
 
+def _ready_sleeper(
+    api: client.ApiClient, namespace: str, name: str, *, image: str
+) -> SandboxHandle:
+    """Create a Sandbox whose container sleeps for an hour and wait until it is Ready."""
+    handle = SandboxHandle.create(
+        api, namespace, sandbox_manifest(name, image=image, command=["sleep", "3600"])
+    )
+    handle.wait_condition("Ready")
+    return handle
+
+
 def test_conversion_webhook_serves_v1alpha1_through_its_service(
     cluster: ClusterAccess, namespace: str, python_image: str
 ) -> None:
     api = cluster.api_client()
-    handle = SandboxHandle.create(
-        api,
-        namespace,
-        sandbox_manifest("converted", image=python_image, command=["sleep", "3600"]),
-    )
-    handle.wait_condition("Ready")
+    _ready_sleeper(api, namespace, "converted", image=python_image)
 
     # Reading through v1alpha1 makes the apiserver call the controller's /convert endpoint
     # through the webhook Service (kube-proxy routes its ClusterIP to the controller pod).
@@ -59,12 +65,7 @@ def test_suspending_through_v1alpha1_replicas_reaches_the_controller(
     cluster: ClusterAccess, namespace: str, python_image: str
 ) -> None:
     api = cluster.api_client()
-    handle = SandboxHandle.create(
-        api,
-        namespace,
-        sandbox_manifest("alpha-suspend", image=python_image, command=["sleep", "3600"]),
-    )
-    handle.wait_condition("Ready")
+    handle = _ready_sleeper(api, namespace, "alpha-suspend", image=python_image)
 
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
         "agents.x-k8s.io",
