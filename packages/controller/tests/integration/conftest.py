@@ -1,12 +1,48 @@
-"""Make helper modules of this directory (e.g. ``sandbox_controller_runner``) importable.
+"""Fixtures of the controller integration tests, and their helper modules on ``sys.path``.
 
 pytest runs with ``--import-mode=importlib``, which does not put test directories on
-``sys.path``.
+``sys.path``; helper modules of this directory (``sandbox_controller_runner``,
+``informer_events``) are imported by plain name, so the directory is added here.
 """
+
+from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
+
 _HERE = str(Path(__file__).parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+from sandbox_controller_runner import start_sandbox_controller  # noqa: E402
+
+from kube_agent_sandbox.controller.config import ControllerOptions  # noqa: E402
+from kube_agent_sandbox.testing.controller_runner import (  # noqa: E402
+    ControllerRunner,
+    RunningController,
+)
+
+
+@pytest.fixture
+def sandbox_controller(
+    agent_sandbox_crds: list[str],
+    namespace: str,
+    controller_runner: ControllerRunner,
+    request: pytest.FixtureRequest,
+) -> RunningController:
+    """The Sandbox controller running in-process for ``namespace`` under its generated RBAC.
+
+    A test class may set ``controller_options`` (a ``ControllerOptions``) to run it with other
+    flags than the defaults.
+    """
+    assert "sandboxes.agents.x-k8s.io" in agent_sandbox_crds
+    options = getattr(request.cls, "controller_options", None) or ControllerOptions()
+    return start_sandbox_controller(
+        controller_runner,
+        rootpath=request.config.rootpath,
+        namespace=namespace,
+        options=options,
+        name="sandbox",
+    )

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
-from sandbox_controller_runner import start_sandbox_controller
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
@@ -110,23 +109,7 @@ class Env:
 
 
 @pytest.fixture
-async def env(
-    cluster: Any,
-    agent_sandbox_crds: list[str],
-    namespace: str,
-    controller_runner: Any,
-    request: pytest.FixtureRequest,
-) -> AsyncIterator[Env]:
-    assert "sandboxes.agents.x-k8s.io" in agent_sandbox_crds
-    # A test class may set ``controller_options`` to run the controller with other flags.
-    options = getattr(request.cls, "controller_options", None) or ControllerOptions()
-    start_sandbox_controller(
-        controller_runner,
-        rootpath=request.config.rootpath,
-        namespace=namespace,
-        options=options,
-        name="sandbox",
-    )
+async def env(cluster: Any, namespace: str, sandbox_controller: object) -> AsyncIterator[Env]:
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
         yield Env(client, namespace)
 

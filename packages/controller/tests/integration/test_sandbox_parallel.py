@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from sandbox_controller_runner import start_sandbox_controller
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
@@ -67,21 +66,7 @@ class Env:
 
 
 @pytest.fixture
-async def env(
-    cluster: Any,
-    agent_sandbox_crds: list[str],
-    namespace: str,
-    controller_runner: Any,
-    request: pytest.FixtureRequest,
-) -> AsyncIterator[Env]:
-    assert "sandboxes.agents.x-k8s.io" in agent_sandbox_crds
-    start_sandbox_controller(
-        controller_runner,
-        rootpath=request.config.rootpath,
-        namespace=namespace,
-        options=PARALLEL_OPTIONS,
-        name="sandbox-parallel",
-    )
+async def env(cluster: Any, namespace: str, sandbox_controller: object) -> AsyncIterator[Env]:
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as admin:
         yield Env(admin, cluster.api_client(), namespace)
 
@@ -124,6 +109,8 @@ def _wait_all_gone(env: Env, refs: list[ObjectRef]) -> None:
 
 
 class TestParallelSandboxes:
+    controller_options = PARALLEL_OPTIONS
+
     async def test_concurrent_sandboxes_all_become_ready_and_are_cleaned_up(self, env: Env) -> None:
         names = [f"parallel-{i}" for i in range(COUNT)]
         created = await asyncio.gather(
