@@ -236,7 +236,9 @@ class Manager:
                     return
                 renewing = asyncio.create_task(self._elector.renew_until_lost())
             self.leading.set()
-            if not await self._until_stop(self._start_caches()):
+            # a Lease lost while the caches sync must not let controllers start
+            if not await self._until_stop(self._start_caches(), also=renewing):
+                lost = renewing is not None and renewing.done()
                 return
             self.events.start()
             for ctrl in self._controllers:
@@ -250,24 +252,35 @@ class Manager:
             waits: set[asyncio.Task[Any]] = {stop_wait}
             if renewing is not None:
                 waits.add(renewing)
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
-            if renewing is not None and renewing in done:
-                lost = True
-                logger.error("leader election lost, stopping")
+            try:
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_wait.cancel()
+            lost = renewing is not None and renewing in done
         finally:
+            if lost:
+                logger.error("leader election lost, stopping")
             await self._shutdown(started_leader, started_everywhere, renewing, lost=lost)
-        if lost:
-            raise LeaderElectionLost(
-                self.leader_election.lease_name if self.leader_election else ""
-            )
+            if lost:
+                raise LeaderElectionLost(
+                    self.leader_election.lease_name if self.leader_election else ""
+                )
 
-    async def _until_stop(self, coro: Any) -> bool:
-        """Run ``coro`` unless a stop is requested first; True if it completed."""
+    async def _until_stop(self, coro: Any, *, also: asyncio.Task[None] | None = None) -> bool:
+        """Run ``coro`` unless a stop is requested (or ``also`` ends) first; True if it completed.
+
+        ``coro`` never outlives this call: it is cancelled when this call is.
+        """
         work = asyncio.ensure_future(coro)
         stop_wait = asyncio.create_task(self._stop.wait())
+        waits: set[asyncio.Future[Any]] = {work, stop_wait}
+        if also is not None:
+            waits.add(also)
         try:
-            done, _ = await asyncio.wait({work, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
         finally:
             stop_wait.cancel()
         if work in done:
@@ -316,7 +329,9 @@ class Manager:
         *,
         lost: bool,
     ) -> None:
-        grace = self.graceful_shutdown_timeout
+        # a lost Lease means another replica may lead already: no grace for in-flight
+        # reconciles (controller-runtime sets its graceful shutdown timeout to 0 then)
+        grace = 0.0 if lost else self.graceful_shutdown_timeout
         results = await asyncio.gather(
             *(ctrl.stop(grace) for ctrl in self._controllers), return_exceptions=True
         )

@@ -1,0 +1,144 @@
+"""Regression tests from a review of the runtime against controller-runtime's contract."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from kube_agent_sandbox.controller.runtime.controller import Controller
+from kube_agent_sandbox.controller.runtime.fake import FakeApi
+from kube_agent_sandbox.controller.runtime.leaderelection import (
+    LEASES,
+    LeaderElectionConfig,
+    LeaderElectionLost,
+)
+from kube_agent_sandbox.controller.runtime.manager import Manager
+from kube_agent_sandbox.controller.runtime.types import ApiError, Request, Resource, Result
+
+THINGS = Resource("example.com", "v1", "things", "Thing")
+
+
+class Blocking:
+    """A reconciler that blocks on a gate and records whether it was cancelled."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.seen: list[Request] = []
+        self.finished: list[Request] = []
+        self.cancelled: list[Request] = []
+
+    async def reconcile(self, request: Request) -> Result:
+        self.seen.append(request)
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(request)
+            raise
+        self.finished.append(request)
+        return Result()
+
+
+async def until(cond: Callable[[], bool], *, seconds: float = 10.0) -> None:
+    async with asyncio.timeout(seconds):
+        while True:
+            if cond():
+                return
+            await asyncio.sleep(0.005)
+
+
+def manager(api: FakeApi, rec: Blocking, identity: str, **kw: object) -> Manager:
+    mgr = Manager(
+        api,
+        leader_election=LeaderElectionConfig(
+            lease_name="review-lock",
+            lease_namespace="sys",
+            identity=identity,
+            lease_duration=1.0,
+            renew_deadline=0.5,
+            retry_period=0.05,
+        ),
+        metrics_bind_address="0",
+        health_bind_address="0",
+        **kw,  # type: ignore[arg-type]
+    )
+    mgr.add_controller(Controller("things", for_resource=THINGS, reconciler=rec))
+    return mgr
+
+
+def fail_lease_updates(verb: str, *_: object) -> None:
+    if verb == "update":
+        raise ApiError(500, "InternalError", "etcd gone")
+
+
+def tasks_running(qualname: str) -> list[asyncio.Task[object]]:
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and getattr(t.get_coro(), "__qualname__", "") == qualname
+    ]
+
+
+async def test_lost_lease_cancels_in_flight_reconciles_without_grace() -> None:
+    # controller-runtime drops the graceful shutdown timeout when the Lease is lost: another
+    # replica may already lead, so in-flight reconciles must not go on writing.
+    api = FakeApi()
+    await api.create(THINGS, "ns", {"metadata": {"name": "slow"}})
+    rec = Blocking()
+    mgr = manager(api, rec, "a", graceful_shutdown_timeout=3600.0)
+    run = asyncio.create_task(mgr.run())
+    await until(lambda: rec.seen == [Request("ns", "slow")])
+    api.on_request = fail_lease_updates
+    with pytest.raises(LeaderElectionLost):
+        await asyncio.wait_for(run, 10)
+    assert rec.cancelled == [Request("ns", "slow")]
+    assert rec.finished == []
+    assert not rec.gate.is_set()
+
+
+async def test_lease_lost_while_caches_sync_never_starts_controllers() -> None:
+    api = FakeApi()
+    # the first LIST keeps failing, so the caches are still syncing when the Lease is lost
+    api.fail("list", "things", *[ApiError(500, "InternalError", "slow")] * 50)
+    rec = Blocking()
+    mgr = manager(api, rec, "a")
+    run = asyncio.create_task(mgr.run())
+    await until(mgr.leading.is_set)
+    api.on_request = fail_lease_updates
+    with pytest.raises(LeaderElectionLost):
+        await asyncio.wait_for(run, 10)
+    assert not mgr.controllers_started.is_set()
+    assert rec.seen == []
+
+
+async def test_cancelled_run_leaves_no_candidate_acquiring_the_lease() -> None:
+    api = FakeApi()
+    holder = manager(api, Blocking(), "holder")
+    run_holder = asyncio.create_task(holder.run())
+    await until(holder.controllers_started.is_set)
+    waiting = manager(api, Blocking(), "waiter")
+    run_waiting = asyncio.create_task(waiting.run())
+    await until(lambda: bool(tasks_running("LeaderElector.acquire")))
+    run_waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run_waiting
+    await asyncio.sleep(0)  # let cancelled tasks finish
+    # a leaked acquire loop would take the Lease once the holder releases it and never let go
+    assert tasks_running("LeaderElector.acquire") == []
+    holder.request_stop()
+    await asyncio.wait_for(run_holder, 10)
+    lease = await api.get(LEASES, "sys", "review-lock")
+    assert lease["spec"]["holderIdentity"] == ""
+
+
+async def test_cancelled_run_leaves_no_stop_waiter_behind() -> None:
+    api = FakeApi()
+    mgr = manager(api, Blocking(), "a")
+    run = asyncio.create_task(mgr.run())
+    await until(mgr.controllers_started.is_set)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    await asyncio.sleep(0)
+    assert tasks_running("Event.wait") == []
