@@ -142,3 +142,30 @@ async def test_cancelled_run_leaves_no_stop_waiter_behind() -> None:
         await run
     await asyncio.sleep(0)
     assert tasks_running("Event.wait") == []
+
+
+class ReturnsNothingFirst:
+    """Forgets ``return Result()`` on its first call (a common Python slip)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Request] = []
+
+    async def reconcile(self, request: Request) -> Result:
+        self.calls.append(request)
+        if len(self.calls) == 1:
+            return None  # type: ignore[return-value]
+        return Result()
+
+
+async def test_a_reconciler_returning_no_result_is_an_error_not_a_dead_worker() -> None:
+    rec = ReturnsNothingFirst()
+    ctrl = Controller("nothing", for_resource=THINGS, reconciler=rec, workers=1)
+    ctrl.queue.add(Request("ns", "first"))
+    ctrl.queue.add(Request("ns", "second"))
+    ctrl.start()
+    try:
+        await until(lambda: Request("ns", "second") in rec.calls)
+        assert ctrl.queue.num_requeues(Request("ns", "first")) == 1  # retried, rate-limited
+        await until(lambda: rec.calls.count(Request("ns", "first")) == 2)
+    finally:
+        assert await ctrl.stop(grace=5.0)

@@ -31,6 +31,7 @@ from kube_agent_sandbox.controller.runtime.types import (
     Reconciler,
     Request,
     Resource,
+    Result,
     TerminalError,
 )
 from kube_agent_sandbox.controller.runtime.workqueue import QueueShutDown, WorkQueue
@@ -266,6 +267,9 @@ class Controller:
         started = time.monotonic()
         try:
             result = await self.reconciler.reconcile(req)
+            if not isinstance(result, Result):
+                # handled here, as an error: raised from the else branch it would end the worker
+                raise TypeError(f"reconciler returned {result!r}, not a Result")
         except TerminalError as exc:
             self._m_errors.inc()
             self._m_terminal.inc()
