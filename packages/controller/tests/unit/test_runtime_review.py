@@ -169,3 +169,44 @@ async def test_a_reconciler_returning_no_result_is_an_error_not_a_dead_worker() 
         await until(lambda: rec.calls.count(Request("ns", "first")) == 2)
     finally:
         assert await ctrl.stop(grace=5.0)
+
+
+class AwaitsACancelledTask:
+    """Awaits work of its own that something else cancels (first call only)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Request] = []
+
+    async def reconcile(self, request: Request) -> Result:
+        self.calls.append(request)
+        if len(self.calls) == 1:
+            helper = asyncio.create_task(asyncio.sleep(3600))
+            asyncio.get_running_loop().call_soon(helper.cancel)
+            await helper  # raises CancelledError although this worker is not being stopped
+        return Result()
+
+
+async def test_a_foreign_cancellation_inside_reconcile_is_an_error_not_a_dead_worker() -> None:
+    rec = AwaitsACancelledTask()
+    ctrl = Controller("foreign-cancel", for_resource=THINGS, reconciler=rec, workers=1)
+    ctrl.queue.add(Request("ns", "first"))
+    ctrl.queue.add(Request("ns", "second"))
+    ctrl.start()
+    try:
+        await until(lambda: Request("ns", "second") in rec.calls)
+        await until(lambda: rec.calls.count(Request("ns", "first")) == 2)  # retried
+        assert ctrl.queue.processing() == frozenset()
+    finally:
+        assert await ctrl.stop(grace=5.0)
+
+
+async def test_stopping_still_cancels_an_in_flight_reconcile() -> None:
+    rec = Blocking()
+    ctrl = Controller("stopping", for_resource=THINGS, reconciler=rec, workers=1)
+    ctrl.queue.add(Request("ns", "slow"))
+    ctrl.start()
+    await until(lambda: rec.seen == [Request("ns", "slow")])
+    assert not await ctrl.stop(grace=0.0)
+    assert rec.cancelled == [Request("ns", "slow")]
+    assert ctrl.queue.processing() == frozenset()
+    assert ctrl.queue.delayed() == frozenset()  # a stop is not a retried error

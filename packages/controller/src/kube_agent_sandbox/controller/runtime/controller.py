@@ -280,9 +280,12 @@ class Controller:
                 exc,
                 extra={"controller": self.name, "request": str(req)},
             )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except (asyncio.CancelledError, Exception) as exc:
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling()):
+                raise  # this worker is being stopped
+            # (a CancelledError of some awaited task that was cancelled by someone else is an
+            # error of this reconcile: retried, and it must not end the worker)
             self._m_errors.inc()
             self._m_result["error"].inc()
             self.queue.add_rate_limited(req)
