@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller import tracing
 from kube_agent_sandbox.controller.config import (
     DEFAULT_WEBHOOK_CERT_NAME,
     DEFAULT_WEBHOOK_KEY_NAME,
@@ -81,45 +82,22 @@ class StartupError(Exception):
 def setup_tracing(options: ControllerOptions) -> Callable[[], None]:
     """Install an OpenTelemetry tracer provider exporting over OTLP when ``--enable-tracing``.
 
-    Honors the standard ``OTEL_EXPORTER_OTLP_*`` variables; only the W3C TraceContext
-    propagator is installed (no baggage), service name ``agent-sandbox-controller``.
+    See :func:`kube_agent_sandbox.controller.tracing.setup`.
 
     Returns:
         A function that flushes and shuts the provider down (a no-op when tracing is off).
 
     Raises:
-        StartupError: ``unable to initialize tracing`` (e.g. the OpenTelemetry SDK is missing).
+        StartupError: ``unable to initialize tracing`` (the OpenTelemetry packages are missing,
+            or the provider did not start within 10 s).
     """
-    if not options.enable_tracing:
-        return lambda: None
     try:
-        # Imported by name: OpenTelemetry is an optional dependency (extra ``tracing``).
-        trace = importlib.import_module("opentelemetry.trace")
-        propagate = importlib.import_module("opentelemetry.propagate")
-        exporter = importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
-        resources = importlib.import_module("opentelemetry.sdk.resources")
-        sdk_trace = importlib.import_module("opentelemetry.sdk.trace")
-        sdk_export = importlib.import_module("opentelemetry.sdk.trace.export")
-        tracecontext = importlib.import_module("opentelemetry.trace.propagation.tracecontext")
-    except ImportError as err:
-        raise StartupError(
-            "unable to initialize tracing",
-            fields={"hint": "install kube-agent-sandbox-controller[tracing]"},
-        ) from err
-    try:
-        provider = sdk_trace.TracerProvider(
-            resource=resources.Resource.create({"service.name": "agent-sandbox-controller"})
-        )
-        provider.add_span_processor(sdk_export.BatchSpanProcessor(exporter.OTLPSpanExporter()))
-    except Exception as err:
-        raise StartupError("unable to initialize tracing") from err
-    trace.set_tracer_provider(provider)
-    propagate.set_global_textmap(tracecontext.TraceContextTextMapPropagator())
-
-    def shutdown() -> None:
-        provider.shutdown()
-
-    return shutdown
+        return tracing.setup(enabled=options.enable_tracing)
+    except tracing.TracingError as err:
+        fields = {"error": err.reason}
+        if err.hint:
+            fields["hint"] = err.hint
+        raise StartupError(err.message, fields=fields) from err
 
 
 def load_cluster_config(options: ControllerOptions) -> ClusterConfig:

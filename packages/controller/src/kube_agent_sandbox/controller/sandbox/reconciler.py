@@ -77,6 +77,7 @@ from kube_agent_sandbox.controller.sandbox.service import (
     service_ports_for_sandbox,
 )
 from kube_agent_sandbox.controller.sandbox.status import status_patch
+from kube_agent_sandbox.controller.tracing import NOOP_TRACER, Tracer
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,20 @@ def _working_copy(cached: Obj) -> Obj:
     return work
 
 
+def _span_attributes(sandbox: Obj) -> dict[str, str]:
+    """Attributes of the ReconcileSandbox span (upstream's keys)."""
+    attributes = {"sandbox.name": _name(sandbox), "sandbox.namespace": _namespace(sandbox)}
+    created_by = (sandbox.get("metadata", {}).get("labels") or {}).get(c.LABEL_CREATED_BY)
+    if created_by is not None:
+        attributes[c.LABEL_CREATED_BY] = c.normalize_created_by(created_by)
+    return attributes
+
+
+def _pod_event_attributes(pod: Obj) -> dict[str, str]:
+    phase = (pod.get("status") or {}).get("phase") or ""
+    return {"pod.Name": _name(pod), "pod.Phase": str(phase)}
+
+
 @dataclass
 class _ChildOutcome:
     errors: list[ChildError] = field(default_factory=list)
@@ -145,6 +160,7 @@ class SandboxReconciler:
         cluster_domain: DNS domain of the cluster, for ``status.serviceFQDN``.
         clock: Source of the current time (tests pass a fixed clock).
         error_requeue_after: Seconds before retrying errors that retrying soon cannot fix.
+        tracer: Receives spans and events (tracing off by default: nothing is recorded).
     """
 
     def __init__(
@@ -159,6 +175,7 @@ class SandboxReconciler:
         cluster_domain: str = "cluster.local",
         clock: Callable[[], dt.datetime] = _utcnow,
         error_requeue_after: float = DEFAULT_ERROR_REQUEUE,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
         self._client = client
         self._sandboxes = sandboxes
@@ -169,6 +186,7 @@ class SandboxReconciler:
         self._cluster_domain = cluster_domain
         self._clock = clock
         self._error_requeue_after = error_requeue_after
+        self._tracer = tracer
         # Sandboxes (key -> uid) whose expiry mark was written by pass 1, so pass 2 proceeds
         # even when the Sandbox cache has not caught up with that status write yet.
         self._marked_expired: dict[tuple[str, str], str | None] = {}
@@ -187,13 +205,28 @@ class SandboxReconciler:
         Raises:
             SandboxReconcileError: after a transient error, so the queue retries with backoff.
         """
-        key = (request.namespace, request.name)
         cached = self._sandboxes.get(request.namespace, request.name)
-        if cached is None or _terminating(cached):
-            self._marked_expired.pop(key, None)
-            self._last_warning.pop(key, None)
+        if cached is None:
+            self._forget(request)
+            return Result()
+        with self._tracer.object_span("ReconcileSandbox", cached, _span_attributes):
+            return await self._reconcile_sandbox(request, cached)
+
+    def _forget(self, request: Request) -> None:
+        key = (request.namespace, request.name)
+        self._marked_expired.pop(key, None)
+        self._last_warning.pop(key, None)
+
+    async def _reconcile_sandbox(self, request: Request, cached: Obj) -> Result:
+        key = (request.namespace, request.name)
+        if _terminating(cached):
+            self._forget(request)
             return Result()
         sandbox = _working_copy(cached)
+        trace_error = await self._ensure_trace_context(sandbox)
+        if trace_error is not None:
+            old = cached.get("status") or {}
+            return self._finish(request, cached, old, sandbox, [trace_error], None)
         old_status: Obj = copy.deepcopy(cached.get("status") or {})
         now = self._clock()
         errors: list[ChildError] = []
@@ -307,16 +340,34 @@ class SandboxReconciler:
             return wrap(exc, "failed to patch sandbox status")
         return None
 
+    async def _ensure_trace_context(self, sandbox: Obj) -> ChildError | None:
+        """With tracing on, record this reconcile's trace on a Sandbox lacking one (3.1 step 4)."""
+        annotations = _meta(sandbox).get("annotations") or {}
+        if annotations.get(c.ANNOTATION_TRACE_CONTEXT):
+            return None
+        trace_context = self._tracer.trace_context()
+        if not trace_context:  # tracing off
+            return None
+        patch = {"metadata": {"annotations": {c.ANNOTATION_TRACE_CONTEXT: trace_context}}}
+        try:
+            await self._client.patch(SANDBOXES, _namespace(sandbox), _name(sandbox), patch)
+        except Exception as exc:
+            return wrap(exc, "failed to persist trace context")
+        _meta(sandbox)["annotations"] = {**annotations, c.ANNOTATION_TRACE_CONTEXT: trace_context}
+        return None
+
     # --- children ---------------------------------------------------------------------------
 
     async def _reconcile_children(self, sandbox: Obj, now: dt.datetime) -> _ChildOutcome:
         """PVCs, Pod, status fields, Service, conditions (spec section 3.2)."""
         name_hash = compute_name_hash(_name(sandbox))
         outcome = _ChildOutcome()
-        pvc_error = await self._reconcile_pvcs(sandbox, name_hash)
+        with self._tracer.span("reconcilePVCs"):
+            pvc_error = await self._reconcile_pvcs(sandbox, name_hash)
         if pvc_error is not None:
             outcome.errors.append(pvc_error)
-        pod, pod_error = await self._reconcile_pod(sandbox, name_hash)
+        with self._tracer.span("reconcilePod"):
+            pod, pod_error = await self._reconcile_pod(sandbox, name_hash)
         if isinstance(pod_error, MultiplePodsError):
             outcome.multiple_pods = pod_error
         elif pod_error is not None:
@@ -478,6 +529,7 @@ class SandboxReconciler:
     async def _reconcile_existing_pod(
         self, sandbox: Obj, pod: Obj, name_hash: str
     ) -> tuple[Obj | None, ChildError | None]:
+        self._tracer.add_event("ExistingPodStatusObserved", pod, _pod_event_attributes)
         ownership, ref = check_ownership(pod, sandbox)
         pod_name = _name(pod)
         if ownership is Ownership.OTHER:
@@ -526,7 +578,10 @@ class SandboxReconciler:
         except Exception as exc:
             return None, wrap(exc)
         log.info("created pod %s/%s", namespace, name)
-        return created, await self._ensure_pod_name_annotation(sandbox, name)
+        error = await self._ensure_pod_name_annotation(sandbox, name)
+        if error is None:
+            self._tracer.add_event("NewPodStatusObserved", created, _pod_event_attributes)
+        return created, error
 
     async def _patch_pod_name_annotation(self, sandbox: Obj, value: str | None) -> None:
         patch = {"metadata": {"annotations": {c.ANNOTATION_POD_NAME: value}}}

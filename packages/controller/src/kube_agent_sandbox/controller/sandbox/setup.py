@@ -19,6 +19,7 @@ from kube_agent_sandbox.controller.sandbox.metrics import register_collector
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
+from kube_agent_sandbox.controller.tracing import tracer_for
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
@@ -85,8 +86,8 @@ def setup(
 
     Args:
         manager: The process manager (informers, controllers, metrics registry, events).
-        options: Parsed flags; uses ``cluster_domain``, ``sandbox_concurrent_workers`` and
-            ``cache_label_selectors``.
+        options: Parsed flags; uses ``cluster_domain``, ``sandbox_concurrent_workers``,
+            ``cache_label_selectors`` and ``enable_tracing``.
         namespace: Watch only this namespace (tests sharing a cluster); all when None.
 
     Returns:
@@ -109,6 +110,7 @@ def setup(
         pvcs=pvcs,
         recorder=manager.event_recorder(EVENT_REPORTER),
         cluster_domain=options.cluster_domain,
+        tracer=tracer_for(enabled=options.enable_tracing),
     )
     manager.add_controller(
         Controller(
