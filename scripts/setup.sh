@@ -36,8 +36,12 @@ fi
 
 if ! command -v uv >/dev/null; then
   log "installing uv"
-  python3 -m pip install --quiet --disable-pip-version-check "uv==0.13.8"
-  command -v pyenv >/dev/null && pyenv rehash
+  # A Debian system Python refuses pip installs (PEP 668); uv is a single static binary, so
+  # installing it beside the system packages is harmless there.
+  python3 -m pip install --quiet --disable-pip-version-check "uv==0.13.8" 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "uv==0.13.8"
+  if command -v pyenv >/dev/null; then pyenv rehash; fi
+  export PATH="$HOME/.local/bin:$PATH"
 fi
 
 log "syncing the Python environment (uv.lock)"
