@@ -27,14 +27,6 @@ def name_of(obj: Obj) -> str:
     return str(meta(obj).get("name") or "")
 
 
-def key_of(obj: Obj) -> str:
-    """The cache key ``namespace/name`` (just ``name`` when cluster-scoped)."""
-    m = meta(obj)
-    ns = m.get("namespace") or ""
-    name = m.get("name") or ""
-    return f"{ns}/{name}" if ns else str(name)
-
-
 def request_of(obj: Obj) -> Request:
     """The reconcile request naming ``obj``."""
     m = meta(obj)
@@ -64,8 +56,3 @@ def labels_match(obj: Obj, selector: Mapping[str, str]) -> bool:
         return True
     labels = meta(obj).get("labels") or {}
     return all(labels.get(k) == v for k, v in selector.items())
-
-
-def format_selector(selector: Mapping[str, str]) -> str:
-    """Render an equality label selector (``a=b,c=d``) for the API query string."""
-    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))

@@ -17,9 +17,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.objects import controller_ref, group_of
 from kube_agent_sandbox.controller.runtime.types import Obj, Reader
 from kube_agent_sandbox.controller.sandbox.conditions import find_condition
-from kube_agent_sandbox.controller.sandbox.ownership import controller_of
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,9 @@ def sandbox_labels(sandbox: Obj) -> tuple[str, ...]:
         else (c.LAUNCH_TYPE_COLD)
     )
     owned_by = "None"
-    ref = controller_of(sandbox)
+    ref = controller_ref(sandbox)
     if ref is not None:
-        api_version = str(ref.get("apiVersion", ""))
-        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        group = group_of(str(ref.get("apiVersion", "")))
         if group == c.EXTENSIONS_GROUP and ref.get("kind") in _OWNER_KINDS:
             owned_by = str(ref["kind"])
     created_by = labels.get(c.LABEL_CREATED_BY)

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.objects import controller_ref, group_of
 from kube_agent_sandbox.controller.runtime.types import Obj
 
 
@@ -28,21 +29,13 @@ def quote(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def controller_of(obj: Obj) -> Obj | None:
-    """Return the ownerReference with ``controller: true``, or None."""
-    for ref in obj.get("metadata", {}).get("ownerReferences") or ():
-        if ref.get("controller") is True:
-            return dict(ref)
-    return None
-
-
 def check_ownership(obj: Obj, sandbox: Obj) -> tuple[Ownership, Obj | None]:
     """Classify ``obj`` against ``sandbox`` by the controller reference's UID.
 
     Returns:
         The classification and the controller reference (None when unowned).
     """
-    ref = controller_of(obj)
+    ref = controller_ref(obj)
     if ref is None:
         return Ownership.UNOWNED, None
     if ref.get("uid") == sandbox.get("metadata", {}).get("uid"):
@@ -68,10 +61,6 @@ def sandbox_controller_ref(sandbox: Obj) -> Obj:
     }
 
 
-def _group(api_version: str) -> str:
-    return api_version.split("/", 1)[0] if "/" in api_version else ""
-
-
 def set_controller_reference(obj: Obj, sandbox: Obj) -> None:
     """Make ``sandbox`` the controller of ``obj`` (in place), like ``ctrl.SetControllerReference``.
 
@@ -84,7 +73,7 @@ def set_controller_reference(obj: Obj, sandbox: Obj) -> None:
         existing
         for existing in meta.get("ownerReferences") or ()
         if not (
-            _group(existing.get("apiVersion", "")) == c.GROUP
+            group_of(existing.get("apiVersion", "")) == c.GROUP
             and existing.get("kind") == c.KIND_SANDBOX
             and existing.get("name") == ref["name"]
         )

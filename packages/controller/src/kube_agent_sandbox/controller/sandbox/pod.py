@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.objects import controller_ref, group_of
 from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.ownership import controller_of, sandbox_controller_ref
+from kube_agent_sandbox.controller.sandbox.ownership import sandbox_controller_ref
 
 POD_NAME_HASH_INDEX = "sandbox-name-hash"
 """Name of the Pod cache index over ``<namespace>/<tracking label value>``."""
@@ -72,12 +73,8 @@ def extension_pod_labels(sandbox: Obj) -> dict[str, str]:
     Only for Sandboxes whose controller is in group ``extensions.agents.x-k8s.io``: the
     warm-pool label (SandboxWarmPool owners only) and the template-ref hash.
     """
-    ref = controller_of(sandbox)
-    if ref is None:
-        return {}
-    api_version = str(ref.get("apiVersion", ""))
-    group = api_version.split("/", 1)[0] if "/" in api_version else ""
-    if group != c.EXTENSIONS_GROUP:
+    ref = controller_ref(sandbox)
+    if ref is None or group_of(str(ref.get("apiVersion", ""))) != c.EXTENSIONS_GROUP:
         return {}
     labels = sandbox.get("metadata", {}).get("labels") or {}
     result: dict[str, str] = {}

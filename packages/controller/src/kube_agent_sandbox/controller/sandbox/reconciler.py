@@ -19,6 +19,7 @@ from typing import Any, Final
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash as compute_name_hash
 from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
+from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
     Client,
@@ -97,14 +98,6 @@ def _meta(obj: Obj) -> dict[str, Any]:
     return meta
 
 
-def _name(obj: Obj) -> str:
-    return str(obj.get("metadata", {}).get("name", ""))
-
-
-def _namespace(obj: Obj) -> str:
-    return str(obj.get("metadata", {}).get("namespace", ""))
-
-
 def _uid(obj: Obj) -> str | None:
     uid = obj.get("metadata", {}).get("uid")
     return str(uid) if uid else None
@@ -129,7 +122,7 @@ def _working_copy(cached: Obj) -> Obj:
 
 def _span_attributes(sandbox: Obj) -> dict[str, str]:
     """Attributes of the ReconcileSandbox span (upstream's keys)."""
-    attributes = {"sandbox.name": _name(sandbox), "sandbox.namespace": _namespace(sandbox)}
+    attributes = {"sandbox.name": name_of(sandbox), "sandbox.namespace": namespace_of(sandbox)}
     created_by = (sandbox.get("metadata", {}).get("labels") or {}).get(c.LABEL_CREATED_BY)
     if created_by is not None:
         attributes[c.LABEL_CREATED_BY] = c.normalize_created_by(created_by)
@@ -138,7 +131,7 @@ def _span_attributes(sandbox: Obj) -> dict[str, str]:
 
 def _pod_event_attributes(pod: Obj) -> dict[str, str]:
     phase = (pod.get("status") or {}).get("phase") or ""
-    return {"pod.Name": _name(pod), "pod.Phase": str(phase)}
+    return {"pod.Name": name_of(pod), "pod.Phase": str(phase)}
 
 
 @dataclass
@@ -330,7 +323,7 @@ class SandboxReconciler:
             return None
         try:
             await self._client.patch(
-                SANDBOXES, _namespace(sandbox), _name(sandbox), patch, subresource="status"
+                SANDBOXES, namespace_of(sandbox), name_of(sandbox), patch, subresource="status"
             )
         except ApiError as exc:
             if exc.not_found:
@@ -350,7 +343,7 @@ class SandboxReconciler:
             return None
         patch = {"metadata": {"annotations": {c.ANNOTATION_TRACE_CONTEXT: trace_context}}}
         try:
-            await self._client.patch(SANDBOXES, _namespace(sandbox), _name(sandbox), patch)
+            await self._client.patch(SANDBOXES, namespace_of(sandbox), name_of(sandbox), patch)
         except Exception as exc:
             return wrap(exc, "failed to persist trace context")
         _meta(sandbox)["annotations"] = {**annotations, c.ANNOTATION_TRACE_CONTEXT: trace_context}
@@ -360,7 +353,7 @@ class SandboxReconciler:
 
     async def _reconcile_children(self, sandbox: Obj, now: dt.datetime) -> _ChildOutcome:
         """PVCs, Pod, status fields, Service, conditions (spec section 3.2)."""
-        name_hash = compute_name_hash(_name(sandbox))
+        name_hash = compute_name_hash(name_of(sandbox))
         outcome = _ChildOutcome()
         with self._tracer.span("reconcilePVCs"):
             pvc_error = await self._reconcile_pvcs(sandbox, name_hash)
@@ -408,10 +401,10 @@ class SandboxReconciler:
 
     async def _reconcile_pvcs(self, sandbox: Obj, name_hash: str) -> ChildError | None:
         """Create or adopt one PVC per volumeClaimTemplate; stop at the first error (3.4)."""
-        namespace, sandbox_name = _namespace(sandbox), _name(sandbox)
+        namespace, sandbox_name = namespace_of(sandbox), name_of(sandbox)
         for template in sandbox.get("spec", {}).get("volumeClaimTemplates") or ():
             body = desired_pvc(sandbox, template, name_hash)
-            pvc_name = _name(body)
+            pvc_name = name_of(body)
             problem = pvc_name_problem(pvc_name)
             if problem is not None:
                 template_name = (template.get("metadata") or {}).get("name", "")
@@ -460,7 +453,7 @@ class SandboxReconciler:
         self, sandbox: Obj, name_hash: str
     ) -> tuple[Obj | None, ChildError | None]:
         """Find, adopt, delete (suspended) or create the Sandbox's Pod (spec section 3.3)."""
-        namespace = _namespace(sandbox)
+        namespace = namespace_of(sandbox)
         owned = [p for p in self._pod_candidates(namespace, name_hash) if is_owned_by(p, sandbox)]
         pod_name = resolve_pod_name(sandbox)
         pod = self._pods.get(namespace, pod_name)
@@ -471,12 +464,12 @@ class SandboxReconciler:
         if (
             pod is not None
             and is_owned_by(pod, sandbox)
-            and all(_name(p) != _name(pod) for p in owned)
+            and all(name_of(p) != name_of(pod) for p in owned)
         ):
             owned.append(pod)
         if len(owned) > 1:
             return None, MultiplePodsError(len(owned))
-        if len(owned) == 1 and (pod is None or _name(pod) != _name(owned[0])):
+        if len(owned) == 1 and (pod is None or name_of(pod) != name_of(owned[0])):
             # The controller reference is authoritative over the name annotation.
             error = await self._clear_pod_name_annotation(sandbox)
             if error is not None:
@@ -505,9 +498,11 @@ class SandboxReconciler:
                     return pod, None
                 try:
                     await self._client.delete(
-                        PODS, _namespace(pod), _name(pod), preconditions=_uid_precondition(pod)
+                        PODS, namespace_of(pod), name_of(pod), preconditions=_uid_precondition(pod)
                     )
-                    log.info("deleted pod %s/%s: sandbox suspended", _namespace(pod), _name(pod))
+                    log.info(
+                        "deleted pod %s/%s: sandbox suspended", namespace_of(pod), name_of(pod)
+                    )
                     return pod, None
                 except ApiError as exc:
                     if not exc.not_found:
@@ -518,9 +513,9 @@ class SandboxReconciler:
             else:
                 log.info(
                     "sandbox %s/%s suspended: not deleting pod %s (%s)",
-                    _namespace(sandbox),
-                    _name(sandbox),
-                    _name(pod),
+                    namespace_of(sandbox),
+                    name_of(sandbox),
+                    name_of(pod),
                     "unowned" if ref is None else f"owned by {ref.get('kind')}/{ref.get('name')}",
                 )
         error = await self._clear_pod_name_annotation(sandbox)
@@ -531,14 +526,14 @@ class SandboxReconciler:
     ) -> tuple[Obj | None, ChildError | None]:
         self._tracer.add_event("ExistingPodStatusObserved", pod, _pod_event_attributes)
         ownership, ref = check_ownership(pod, sandbox)
-        pod_name = _name(pod)
+        pod_name = name_of(pod)
         if ownership is Ownership.OTHER:
             assert ref is not None
             error = await self._clear_pod_name_annotation(sandbox)
             if error is not None:
                 return None, error
             return None, ChildError(
-                owned_by_other_message("pod", pod_name, ref, _name(sandbox)), transient=False
+                owned_by_other_message("pod", pod_name, ref, name_of(sandbox)), transient=False
             )
         work: Obj = {"metadata": copy.deepcopy(pod.get("metadata") or {})}
         adopting = ownership is Ownership.UNOWNED
@@ -550,18 +545,18 @@ class SandboxReconciler:
         if changed or adopting:
             patch = create_merge_patch({"metadata": pod.get("metadata") or {}}, work)
             try:
-                await self._client.patch(PODS, _namespace(pod), pod_name, patch)
+                await self._client.patch(PODS, namespace_of(pod), pod_name, patch)
             except Exception as exc:
                 return None, wrap(exc, "failed to patch pod")
             if adopting:
-                log.info("adopted pod %s/%s", _namespace(pod), pod_name)
+                log.info("adopted pod %s/%s", namespace_of(pod), pod_name)
             pod = {**pod, "metadata": work["metadata"]}
         return pod, await self._ensure_pod_name_annotation(sandbox, pod_name)
 
     async def _create_pod(
         self, sandbox: Obj, name_hash: str
     ) -> tuple[Obj | None, ChildError | None]:
-        namespace, name = _namespace(sandbox), _name(sandbox)
+        namespace, name = namespace_of(sandbox), name_of(sandbox)
         body = desired_pod(sandbox, name_hash)
         try:
             created = await self._client.create(
@@ -585,7 +580,7 @@ class SandboxReconciler:
 
     async def _patch_pod_name_annotation(self, sandbox: Obj, value: str | None) -> None:
         patch = {"metadata": {"annotations": {c.ANNOTATION_POD_NAME: value}}}
-        await self._client.patch(SANDBOXES, _namespace(sandbox), _name(sandbox), patch)
+        await self._client.patch(SANDBOXES, namespace_of(sandbox), name_of(sandbox), patch)
         annotations = _meta(sandbox).get("annotations")
         if value is None:
             if annotations:
@@ -616,7 +611,7 @@ class SandboxReconciler:
         self, sandbox: Obj, name_hash: str
     ) -> tuple[Obj | None, ChildError | None]:
         """Create, adopt, repair or delete the headless Service (spec section 3.5)."""
-        namespace, name = _namespace(sandbox), _name(sandbox)
+        namespace, name = namespace_of(sandbox), name_of(sandbox)
         wanted = sandbox.get("spec", {}).get("service")
         ports = service_ports_for_sandbox(sandbox)
         svc = self._services.get(namespace, name)
@@ -693,7 +688,7 @@ class SandboxReconciler:
     async def _adopt_service(
         self, sandbox: Obj, svc: Obj, name_hash: str, ports: list[Obj] | None
     ) -> tuple[Obj, ChildError | None]:
-        name = _name(svc)
+        name = name_of(svc)
         if not may_adopt(svc, name_hash):
             return svc, ChildError(cannot_adopt_message("service", name), transient=False)
         cluster_ip = (svc.get("spec") or {}).get("clusterIP") or ""
@@ -714,10 +709,10 @@ class SandboxReconciler:
             spec.pop("ports", None)
         set_controller_reference(body, sandbox)
         try:
-            updated = await self._client.update(SERVICES, _namespace(svc), name, body)
+            updated = await self._client.update(SERVICES, namespace_of(svc), name, body)
         except Exception as exc:
             return svc, wrap(exc, "failed to update service with owner reference")
-        log.info("adopted service %s/%s", _namespace(svc), name)
+        log.info("adopted service %s/%s", namespace_of(svc), name)
         return updated if isinstance(updated, dict) and updated else body, None
 
     async def _repair_service(
@@ -741,15 +736,15 @@ class SandboxReconciler:
         if not patch:
             return svc, None
         try:
-            await self._client.patch(SERVICES, _namespace(svc), _name(svc), patch)
+            await self._client.patch(SERVICES, namespace_of(svc), name_of(svc), patch)
         except Exception as exc:
             return svc, wrap(exc, "failed to patch owned service")
-        log.info("repaired drift of service %s/%s", _namespace(svc), _name(svc))
+        log.info("repaired drift of service %s/%s", namespace_of(svc), name_of(svc))
         return {**svc, **work}, None
 
     def _set_service_status(self, sandbox: Obj, svc: Obj) -> None:
         status = sandbox.setdefault("status", {})
-        status["service"] = _name(svc)
+        status["service"] = name_of(svc)
         status["serviceFQDN"] = service_fqdn(svc, self._cluster_domain)
 
     @staticmethod
@@ -766,7 +761,7 @@ class SandboxReconciler:
         Returns:
             Whether the Sandbox was deleted, and the errors met.
         """
-        namespace, name = _namespace(sandbox), _name(sandbox)
+        namespace, name = namespace_of(sandbox), name_of(sandbox)
         errors: list[ChildError] = []
         pod = self._pods.get(namespace, resolve_pod_name(sandbox))
         if pod is not None:
@@ -780,7 +775,7 @@ class SandboxReconciler:
                     "sandbox %s/%s expired: leaving pod %s it does not own",
                     namespace,
                     name,
-                    _name(pod),
+                    name_of(pod),
                 )
         svc = self._services.get(namespace, name)
         if svc is not None:
@@ -805,7 +800,7 @@ class SandboxReconciler:
     async def _delete(self, resource: Resource, obj: Obj, prefix: str) -> ChildError | None:
         try:
             await self._client.delete(
-                resource, _namespace(obj), _name(obj), preconditions=_uid_precondition(obj)
+                resource, namespace_of(obj), name_of(obj), preconditions=_uid_precondition(obj)
             )
         except ApiError as exc:
             if exc.not_found:
