@@ -58,6 +58,20 @@ UPSTREAM_FLAGS: list[tuple[str, str, Any]] = [
     ("webhook-namespace", "webhook_namespace", "agent-sandbox-system"),
     ("manage-webhook-certs", "manage_webhook_certs", True),
     ("kubeconfig", "kubeconfig", ""),
+    # Added up to v0.5.6 (delta section 6); durations are held in seconds.
+    ("sandbox-write-behind-window", "sandbox_write_behind_window", 0.0),
+    ("sandbox-warm-pool-replenish-delay", "sandbox_warm_pool_replenish_delay", 0.0),
+    ("sandbox-warm-pool-max-refill-rate", "sandbox_warm_pool_max_refill_rate", 0.0),
+    (
+        "sandbox-warm-pool-readiness-grace-period",
+        "sandbox_warm_pool_readiness_grace_period",
+        300.0,
+    ),
+    (
+        "sandbox-warm-pool-unschedulable-recheck-interval",
+        "sandbox_warm_pool_unschedulable_recheck_interval",
+        60.0,
+    ),
 ]
 ZAP_FLAGS = [
     "zap-devel",
@@ -82,7 +96,17 @@ def test_default(flag: str, attribute: str, default: Any) -> None:
     assert build_flagset("p").flags[flag].default == default
 
 
-def _other_value(default: Any) -> tuple[str, Any]:
+DURATION_FLAGS = {
+    "sandbox-write-behind-window",
+    "sandbox-warm-pool-replenish-delay",
+    "sandbox-warm-pool-readiness-grace-period",
+    "sandbox-warm-pool-unschedulable-recheck-interval",
+}
+
+
+def _other_value(default: Any, flag: str = "") -> tuple[str, Any]:
+    if flag in DURATION_FLAGS:
+        return ("2m30s", 150.0)
     if isinstance(default, bool):
         return ("false", False) if default else ("true", True)
     if isinstance(default, int):
@@ -95,7 +119,7 @@ def _other_value(default: Any) -> tuple[str, Any]:
 @pytest.mark.parametrize(("flag", "attribute", "default"), UPSTREAM_FLAGS)
 @pytest.mark.parametrize("form", ["--{}={}", "-{}={}", "--{} {}", "-{} {}"])
 def test_every_flag_in_every_go_form(flag: str, attribute: str, default: Any, form: str) -> None:
-    text, expected = _other_value(default)
+    text, expected = _other_value(default, flag)
     if isinstance(default, bool) and " " in form:
         argv = [f"--{flag}"] if expected else [f"--{flag}=false"]
     else:
@@ -317,3 +341,94 @@ def test_bind_address(text: str, expected: BindAddress | None) -> None:
 def test_bind_address_rejects(text: str) -> None:
     with pytest.raises(ValueError, match=r"expected host:port|port out of range"):
         parse_bind_address(text)
+
+
+# --- v0.5.6 duration and rate flags (delta section 6) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "attribute", "seconds"),
+    [
+        (
+            ["--sandbox-warm-pool-readiness-grace-period=1m30s"],
+            "sandbox_warm_pool_readiness_grace_period",
+            90.0,
+        ),
+        (
+            ["--sandbox-warm-pool-unschedulable-recheck-interval", "10s"],
+            "sandbox_warm_pool_unschedulable_recheck_interval",
+            10.0,
+        ),
+        (["--sandbox-write-behind-window=300ms"], "sandbox_write_behind_window", 0.3),
+        (["--sandbox-warm-pool-replenish-delay=0"], "sandbox_warm_pool_replenish_delay", 0.0),
+        (["--sandbox-warm-pool-max-refill-rate=2.5"], "sandbox_warm_pool_max_refill_rate", 2.5),
+    ],
+)
+def test_duration_and_rate_flags_parse(argv: list[str], attribute: str, seconds: float) -> None:
+    assert getattr(parse_args(argv), attribute) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("value", ["5", "1x", "", "fast"])
+def test_duration_flag_refuses_go_invalid_text(value: str) -> None:
+    with pytest.raises(FlagError, match="parse error"):
+        parse_args([f"--sandbox-warm-pool-readiness-grace-period={value}"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--sandbox-warm-pool-readiness-grace-period=0"],
+            "--sandbox-warm-pool-readiness-grace-period must be a positive duration",
+        ),
+        (
+            ["--sandbox-warm-pool-unschedulable-recheck-interval=-1s"],
+            "--sandbox-warm-pool-unschedulable-recheck-interval must be a positive duration",
+        ),
+        (
+            ["--sandbox-warm-pool-max-refill-rate=NaN"],
+            "sandbox-warm-pool-max-refill-rate must be a finite value >= 0 (0 disables pacing)",
+        ),
+        (
+            ["--sandbox-warm-pool-max-refill-rate=-1"],
+            "sandbox-warm-pool-max-refill-rate must be a finite value >= 0 (0 disables pacing)",
+        ),
+        (
+            ["--sandbox-warm-pool-max-refill-rate=+Inf"],
+            "sandbox-warm-pool-max-refill-rate must be a finite value >= 0 (0 disables pacing)",
+        ),
+        (
+            ["--sandbox-write-behind-window=-1ms"],
+            "sandbox-write-behind-window must be >= 0 (0 disables write-behind coalescing)",
+        ),
+    ],
+)
+def test_v056_flag_validation_messages(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate(parse_args(argv))
+    assert caught.value.message == message
+
+
+def test_grace_is_checked_before_workers() -> None:
+    """Upstream's order: grace/recheck, then workers and batch size, then rate, then window."""
+    options = parse_args(
+        ["--sandbox-warm-pool-readiness-grace-period=0", "--sandbox-concurrent-workers=0"]
+    )
+    with pytest.raises(ConfigError, match="readiness-grace-period"):
+        validate(options)
+    options = parse_args(
+        ["--sandbox-warm-pool-max-refill-rate=-1", "--sandbox-write-behind-window=-1s"]
+    )
+    with pytest.raises(ConfigError, match="refill-rate"):
+        validate(options)
+
+
+def test_duration_defaults_print_the_go_way() -> None:
+    usage = build_flagset("p").usage()
+    assert (
+        "How long a warm pool Sandbox may stay not Ready before it is replaced. (default 5m0s)"
+        in usage
+    )
+    assert "(default 1m0s)" in usage
+    window_help = usage.split("-sandbox-write-behind-window value\n")[1].splitlines()[0]
+    assert "(default" not in window_help

@@ -9,13 +9,19 @@ from them. Validation keeps upstream's messages, order and exit codes: malformed
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from kube_agent_sandbox.controller.goflag import Flag, FlagKind, FlagSet
+from kube_agent_sandbox.controller.goduration import (
+    DurationError,
+    format_go_duration,
+    parse_go_duration,
+)
+from kube_agent_sandbox.controller.goflag import Flag, FlagKind, FlagSet, ValueError_
 from kube_agent_sandbox.controller.logsetup import (
     LogOptions,
     parse_encoder,
@@ -55,6 +61,11 @@ ALLOWED_LABEL_DOMAINS_FILE: Final = "/etc/sandbox-config/allowed-label-domains"
 def _flag(name: str, default: Any, usage: str) -> Any:
     """A dataclass field that is also a command-line flag."""
     return field(default=default, metadata={"flag": name, "usage": usage})
+
+
+def _duration_flag(name: str, default: float, usage: str) -> Any:
+    """A Go ``time.Duration`` flag (``300ms``, ``1m30s``), held in seconds."""
+    return field(default=default, metadata={"flag": name, "usage": usage, "duration": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +162,32 @@ class ControllerOptions:
         False,
         "Skip persisting the SandboxClaim observability annotations "
         "(controller first-observed timestamp, trace context).",
+    )
+    sandbox_write_behind_window: float = _duration_flag(
+        "sandbox-write-behind-window",
+        0.0,
+        "Coalesce recoverable Pod metadata writes of the Sandbox controller within this window "
+        "(0 disables write-behind coalescing).",
+    )
+    sandbox_warm_pool_replenish_delay: float = _duration_flag(
+        "sandbox-warm-pool-replenish-delay",
+        0.0,
+        "Delay before a warm pool replaces members it lost; restarted on every drop (0 = off).",
+    )
+    sandbox_warm_pool_max_refill_rate: float = _flag(
+        "sandbox-warm-pool-max-refill-rate",
+        0.0,
+        "Max Sandbox creations per second per warm pool (0 disables pacing).",
+    )
+    sandbox_warm_pool_readiness_grace_period: float = _duration_flag(
+        "sandbox-warm-pool-readiness-grace-period",
+        300.0,
+        "How long a warm pool Sandbox may stay not Ready before it is replaced.",
+    )
+    sandbox_warm_pool_unschedulable_recheck_interval: float = _duration_flag(
+        "sandbox-warm-pool-unschedulable-recheck-interval",
+        60.0,
+        "How often a warm pool re-checks Sandboxes held because their Pods are unschedulable.",
     )
     enable_tracing: bool = _flag("enable-tracing", False, "Enable OpenTelemetry tracing via OTLP.")
     enable_pprof: bool = _flag(
@@ -292,6 +329,14 @@ def _option_fields() -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(ControllerOptions) if "flag" in f.metadata]
 
 
+def _parse_duration_flag(text: str) -> float:
+    """Go's ``durationValue.Set``: any ``time.ParseDuration`` failure is ``parse error``."""
+    try:
+        return parse_go_duration(text)
+    except DurationError:
+        raise ValueError_("parse error") from None
+
+
 def build_flagset(program: str) -> FlagSet:
     """Every flag the controller accepts, with upstream's names, defaults and help.
 
@@ -303,8 +348,22 @@ def build_flagset(program: str) -> FlagSet:
     """
     flagset = FlagSet(program)
     for option in _option_fields():
+        name, usage = option.metadata["flag"], option.metadata["usage"]
+        if option.metadata.get("duration"):
+            seconds = float(option.default)  # type: ignore[arg-type]
+            flagset.add(
+                Flag(
+                    name,
+                    "value",
+                    option.default,
+                    usage,
+                    parse=_parse_duration_flag,
+                    default_text=format_go_duration(seconds) if seconds else "",
+                )
+            )
+            continue
         kind = _KINDS[type(option.default)]
-        flagset.add(Flag(option.metadata["flag"], kind, option.default, option.metadata["usage"]))
+        flagset.add(Flag(name, kind, option.default, usage))
     flagset.add_all(_ZAP_FLAGS)
     return flagset
 
@@ -365,6 +424,12 @@ def validate(options: ControllerOptions) -> list[str]:
         raise ConfigError("--webhook-cert-name cannot be empty")
     if not options.webhook_key_name.strip():
         raise ConfigError("--webhook-key-name cannot be empty")
+    if options.sandbox_warm_pool_readiness_grace_period <= 0:
+        raise ConfigError("--sandbox-warm-pool-readiness-grace-period must be a positive duration")
+    if options.sandbox_warm_pool_unschedulable_recheck_interval <= 0:
+        raise ConfigError(
+            "--sandbox-warm-pool-unschedulable-recheck-interval must be a positive duration"
+        )
     if (
         options.sandbox_concurrent_workers <= 0
         or options.sandbox_claim_concurrent_workers <= 0
@@ -373,6 +438,15 @@ def validate(options: ControllerOptions) -> list[str]:
         raise ConfigError("concurrent workers must be greater than 0")
     if options.sandbox_warm_pool_max_batch_size <= 0:
         raise ConfigError("sandbox-warm-pool-max-batch-size must be greater than 0")
+    rate = options.sandbox_warm_pool_max_refill_rate
+    if math.isnan(rate) or math.isinf(rate) or rate < 0:
+        raise ConfigError(
+            "sandbox-warm-pool-max-refill-rate must be a finite value >= 0 (0 disables pacing)"
+        )
+    if options.sandbox_write_behind_window < 0:
+        raise ConfigError(
+            "sandbox-write-behind-window must be >= 0 (0 disables write-behind coalescing)"
+        )
     warnings: list[str] = []
     total = options.total_workers
     if total > MAX_TOTAL_WORKERS:

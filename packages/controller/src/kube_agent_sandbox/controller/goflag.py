@@ -293,7 +293,7 @@ class FlagSet:
             lines.append(head)
             text = flag.usage.replace("\n", "\n    \t")
             default = flag.default_text if flag.default_text is not None else _default_text(flag)
-            if default is not None:
+            if default:  # None or "": the zero value, which Go does not print
                 text += f" (default {default})"
             lines.append(f"    \t{text}")
         return "\n".join(lines) + "\n"
