@@ -1,0 +1,1 @@
+"""What the template, warm pool and claim controllers share: resources, blueprints, ownership."""
