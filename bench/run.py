@@ -25,7 +25,7 @@ from benchlib.report import BenchResult, Interrupted, render_text, write_report 
 
 log = logging.getLogger("bench")
 
-NAMES = ("cache-memory", "latency", "scale")
+NAMES = ("cache-memory", "latency", "scale", "claims")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +66,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--latency-suspend-samples", type=int, default=20, help="latency: suspend/resume cycles"
+    )
+    parser.add_argument("--claims", type=int, default=1200, help="claims: claims to send (1200)")
+    parser.add_argument(
+        "--claim-rate", type=float, default=100.0, help="claims: claims per second (100)"
+    )
+    parser.add_argument("--pool", type=int, default=1300, help="claims: warm pool size (1300)")
+    parser.add_argument(
+        "--claim-workers", type=int, default=50, help="--sandbox-claim-concurrent-workers (50)"
     )
     parser.add_argument(
         "--cache-objects", type=int, default=10_000, help="cache-memory: objects per kind"
@@ -113,7 +121,22 @@ def _runners(args: argparse.Namespace) -> dict[str, Callable[[], BenchResult]]:
             keep_workdir=args.keep_workdir,
         )
 
-    return {"cache-memory": cache_memory, "latency": latency, "scale": scale}
+    def claims() -> BenchResult:
+        from benchlib import claims
+
+        room = args.pool + args.claims
+        return claims.run(
+            claims=args.claims,
+            rate=args.claim_rate,
+            pool=args.pool,
+            nodes=max(1, -(-room // 1000)),
+            workers=args.workers,
+            claim_workers=args.claim_workers,
+            controller_args=args.controller_arg,
+            keep_workdir=args.keep_workdir,
+        )
+
+    return {"cache-memory": cache_memory, "latency": latency, "scale": scale, "claims": claims}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,9 +153,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in args.benchmarks if n not in NAMES]
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
-    for option in ("sandboxes", "nodes", "create_concurrency", "cache_objects", "workers"):
+    for option in (
+        "sandboxes",
+        "nodes",
+        "create_concurrency",
+        "cache_objects",
+        "workers",
+        "claims",
+        "pool",
+        "claim_workers",
+    ):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be at least 1")
+    if not args.claim_rate > 0:
+        parser.error("--claim-rate must be positive")
     if args.suspend_sample < 0 or args.latency_samples < 1 or args.latency_suspend_samples < 0:
         parser.error("sample sizes must be positive (suspend samples may be 0)")
     logging.basicConfig(

@@ -34,7 +34,7 @@ import yaml
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
-from kube_agent_sandbox.testing.access import ClusterAccess, load_crds
+from kube_agent_sandbox.testing.access import ClusterAccess, load_crds, load_manifests
 from kube_agent_sandbox.testing.cluster import (
     LocalCluster,
     LocalClusterOptions,
@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "manifests" / "crds"
 RBAC_FILE = REPO / "manifests" / "rbac" / "role.generated.yaml"
+EXTENSIONS_RBAC_FILE = REPO / "manifests" / "rbac" / "extensions" / "role.generated.yaml"
+EXTENSIONS_ROLE = "agent-sandbox-controller-extensions"
 NAMESPACE = "bench"
 CONTROLLER_NAMESPACE = "agent-sandbox-system"
 NODES = Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
@@ -219,12 +221,15 @@ class BenchCluster:
         )
 
     # -- controller -------------------------------------------------------------------------
-    def start_controller(self, *, workers: int, extra_args: Sequence[str] = ()) -> ManagedProcess:
+    def start_controller(
+        self, *, workers: int, extra_args: Sequence[str] = (), extensions: bool = False
+    ) -> ManagedProcess:
         """Run ``agent-sandbox-controller`` as its ServiceAccount and wait until it is ready.
 
         Args:
             workers: ``--sandbox-concurrent-workers``.
             extra_args: More controller flags.
+            extensions: Run with ``--extensions``, also bound to the extensions ClusterRole.
 
         Returns:
             The controller process (its PID is the Python interpreter's).
@@ -232,11 +237,16 @@ class BenchCluster:
         assert self.access is not None
         if self.runner is None:
             self.runner = ControllerRunner(self.access, self.workdir / "controller")
+            roles = ["agent-sandbox-controller"]
+            rbac = load_manifests(RBAC_FILE)
+            if extensions:
+                roles.append(EXTENSIONS_ROLE)
+                rbac += load_manifests(EXTENSIONS_RBAC_FILE)
             self.identity = self.runner.identity(
                 "agent-sandbox-controller",
                 namespace=CONTROLLER_NAMESPACE,
-                cluster_roles=["agent-sandbox-controller"],
-                rbac=RBAC_FILE,
+                cluster_roles=roles,
+                rbac=rbac,
             )
         assert self.identity is not None
         metrics_port, health_port = free_port(), free_port()
@@ -249,6 +259,7 @@ class BenchCluster:
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             f"--health-probe-bind-address=127.0.0.1:{health_port}",
             f"--sandbox-concurrent-workers={workers}",
+            *(["--extensions"] if extensions else []),
             *extra_args,
         ]
         name = f"controller-{len(self.controllers) + 1}"

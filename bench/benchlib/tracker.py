@@ -1,5 +1,5 @@
-"""Follows every Sandbox of a namespace through a watch and timestamps what the benchmark waits
-for: Ready=True, Suspended=True, deletion.
+"""Follows every Sandbox (or claim) of a namespace through a watch and timestamps what the
+benchmark waits for: Ready=True, Suspended=True, deletion.
 
 One LIST and then one WATCH (resumed after the server ends it, re-listed after 410 Gone) feed
 per-name state; counters make "all N are Ready" an O(1) check, and per-name marks record when a
@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.types import ApiError
+from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
 from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 log = logging.getLogger(__name__)
@@ -42,16 +42,21 @@ class _State:
 
 
 class SandboxTracker:
-    """Watch-fed view of the Sandboxes of one namespace.
+    """Watch-fed view of the Sandboxes (or other objects with conditions) of one namespace.
 
     Args:
         client: API client (admin).
         namespace: Namespace to follow.
+        resource: What to follow (Sandboxes by default; SandboxClaims have a Ready too).
     """
 
-    def __init__(self, client: ApiClient, namespace: str) -> None:
+    def __init__(
+        self, client: ApiClient, namespace: str, *, resource: Resource = SANDBOXES
+    ) -> None:
         self.client = client
         self.namespace = namespace
+        self.resource = resource
+        self.objects: dict[str, dict[str, Any]] = {}
         self.states: dict[str, _State] = {}
         self.ready_count = 0
         self.suspended_count = 0
@@ -124,10 +129,12 @@ class SandboxTracker:
                 self.ready_count -= state.ready
                 self.suspended_count -= state.suspended
                 del self.states[name]
+            self.objects.pop(name, None)
             self.deleted_at[name] = now
         else:
             if state is None:
                 state = self.states[name] = _State()
+            self.objects[name] = obj
             ready, suspended = condition_true(obj, "Ready"), condition_true(obj, "Suspended")
             self.ready_count += ready - state.ready
             self.suspended_count += suspended - state.suspended
@@ -142,7 +149,9 @@ class SandboxTracker:
         seen: set[str] = set()
         cont: str | None = None
         while True:
-            page = await self.client.list(SANDBOXES, self.namespace, limit=500, continue_token=cont)
+            page = await self.client.list(
+                self.resource, self.namespace, limit=500, continue_token=cont
+            )
             for obj in page.get("items") or ():
                 seen.add(obj["metadata"]["name"])
                 self._apply(obj)
@@ -157,7 +166,7 @@ class SandboxTracker:
         while True:
             try:
                 async for event in self.client.watch(
-                    SANDBOXES,
+                    self.resource,
                     self.namespace,
                     resource_version=self._rv,
                     allow_bookmarks=True,
