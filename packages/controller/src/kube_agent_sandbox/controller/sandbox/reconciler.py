@@ -307,7 +307,11 @@ class SandboxReconciler:
         if len(note) > EVENT_NOTE_LIMIT:
             note = note[: EVENT_NOTE_LIMIT - 3] + "..."
         self._recorder.event(
-            cached, type_="Warning", reason=current[0], action="Reconciling", note=note
+            cached,
+            type_="Warning",
+            reason=current[0],
+            action=c.EVENT_ACTION_RECONCILING,
+            note=note,
         )
 
     @staticmethod

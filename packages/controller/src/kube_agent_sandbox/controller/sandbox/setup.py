@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "sandbox"
-EVENT_REPORTER: Final = "sandbox-controller"
+EVENT_REPORTER: Final = c.EVENT_REPORTER_SANDBOX_CONTROLLER
 
 _ALL_VERBS: Final = ("get", "list", "watch", "create", "update", "patch", "delete")
 
