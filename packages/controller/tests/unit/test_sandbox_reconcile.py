@@ -74,6 +74,13 @@ class TestReconcile:
                 "message": "Sandbox is not suspended",
             },
             {
+                "type": "PodScheduled",
+                "status": "Unknown",
+                "observedGeneration": 1,
+                "reason": "PodSchedulingUnknown",
+                "message": "Pod has not reported a PodScheduled condition yet",
+            },
+            {
                 "type": "Ready",
                 "status": "False",
                 "observedGeneration": 1,
@@ -213,6 +220,13 @@ class TestReconcile:
                 "observedGeneration": 1,
                 "reason": "NotSuspended",
                 "message": "Sandbox is not suspended",
+            },
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "observedGeneration": 1,
+                "reason": "PodScheduled",
+                "message": "",
             },
             {
                 "type": "Ready",

@@ -32,10 +32,9 @@ from kube_agent_sandbox.controller.runtime.types import (
 )
 from kube_agent_sandbox.controller.sandbox.conditions import (
     apply_conditions,
-    expired_condition,
     find_condition,
     is_marked_expired,
-    set_status_condition,
+    set_expired,
 )
 from kube_agent_sandbox.controller.sandbox.errors import (
     ChildError,
@@ -319,7 +318,7 @@ class SandboxReconciler:
         status = sandbox.setdefault("status", {})
         if status.get("conditions") is None:
             status["conditions"] = []
-        set_status_condition(status["conditions"], expired_condition(sandbox), now=now)
+        set_expired(status["conditions"], sandbox, now=now)
 
     async def _write_status(self, sandbox: Obj, old_status: Obj) -> ChildError | None:
         patch = status_patch(old_status, sandbox.get("status"))
@@ -798,7 +797,7 @@ class SandboxReconciler:
         if not errors:
             conditions = sandbox.get("status", {}).get("conditions") or []
             sandbox["status"] = {"conditions": conditions}
-            set_status_condition(conditions, expired_condition(sandbox), now=now)
+            set_expired(conditions, sandbox, now=now)
         return False, errors
 
     async def _delete(self, resource: Resource, obj: Obj, prefix: str) -> ChildError | None:
