@@ -258,8 +258,9 @@ class SandboxReconciler:
         status_error = await self._write_status(sandbox, old_status)
         if status_error is not None:
             errors.append(status_error)
-        all_errors = [*errors, multiple] if multiple is not None else errors
-        return self._finish(request, cached, old_status, sandbox, all_errors, requeue)
+        return self._finish(
+            request, cached, old_status, sandbox, errors, requeue, multiple_pods=multiple
+        )
 
     def _finish(
         self,
@@ -269,13 +270,26 @@ class SandboxReconciler:
         sandbox: Obj,
         errors: list[ChildError],
         requeue: float | None,
+        *,
+        multiple_pods: MultiplePodsError | None = None,
     ) -> Result:
+        """Log, emit events and turn the pass's errors into a result or a retry.
+
+        A MultiplePods error is not retried at all (upstream v0.5.6 does not return it): the
+        next pass comes from the owned-Pod watch, e.g. when an extra Pod is deleted.
+        """
         for error in errors:
             log.warning(
                 "sandbox %s: %s (%s)",
                 request,
                 error.message,
                 "will retry with backoff" if error.transient else "retrying slowly",
+            )
+        if multiple_pods is not None:
+            log.warning(
+                "sandbox %s: %s (waiting for the extra Pods to be deleted)",
+                request,
+                multiple_pods.message,
             )
         self._record_events(request, cached, old_status, sandbox)
         if any(error.transient for error in errors):
@@ -297,9 +311,16 @@ class SandboxReconciler:
             return
         current = (str(new.get("reason", "")), str(new.get("message", "")))
         old = find_condition(old_status.get("conditions"), c.CONDITION_READY)
-        if old is not None and (old.get("reason"), old.get("message")) == current:
+        old_pair = (old.get("reason"), old.get("message")) if old is not None else None
+        last = self._last_warning.get(key)
+        if current[0] == c.REASON_MULTIPLE_PODS:
+            # Upstream: once per episode, i.e. only when Ready was not MultiplePods before
+            # (a changed pod count is not a new episode).
+            if (old_pair and old_pair[0] == current[0]) or (last and last[0] == current[0]):
+                return
+        elif old_pair == current or last == current:
             return
-        if self._last_warning.get(key) == current or self._recorder is None:
+        if self._recorder is None:
             return
         self._last_warning[key] = current
         note = current[1]
