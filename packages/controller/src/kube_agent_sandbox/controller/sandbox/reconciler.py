@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -77,6 +78,11 @@ from kube_agent_sandbox.controller.sandbox.service import (
     service_ports_for_sandbox,
 )
 from kube_agent_sandbox.controller.sandbox.status import status_patch
+from kube_agent_sandbox.controller.sandbox.writebehind import (
+    DeferralClock,
+    WriteDeferral,
+    effective_window,
+)
 from kube_agent_sandbox.controller.tracing import NOOP_TRACER, Tracer
 
 log = logging.getLogger(__name__)
@@ -153,6 +159,9 @@ class SandboxReconciler:
         clock: Source of the current time (tests pass a fixed clock).
         error_requeue_after: Seconds before retrying errors that retrying soon cannot fix.
         tracer: Receives spans and events (tracing off by default: nothing is recorded).
+        write_behind_window: ``--sandbox-write-behind-window`` in seconds (0 = off); Pod
+            metadata patches are deferred by at most ``min(window, 1s)``.
+        monotonic: Monotonic seconds for the write-behind window (tests pass a fake).
     """
 
     def __init__(
@@ -168,6 +177,8 @@ class SandboxReconciler:
         clock: Callable[[], dt.datetime] = _utcnow,
         error_requeue_after: float = DEFAULT_ERROR_REQUEUE,
         tracer: Tracer = NOOP_TRACER,
+        write_behind_window: float = 0.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._sandboxes = sandboxes
@@ -179,6 +190,8 @@ class SandboxReconciler:
         self._clock = clock
         self._error_requeue_after = error_requeue_after
         self._tracer = tracer
+        self._write_behind_window = effective_window(write_behind_window)
+        self._deferrals = DeferralClock(now=monotonic)
         # Sandboxes (key -> uid) whose expiry mark was written by pass 1, so pass 2 proceeds
         # even when the Sandbox cache has not caught up with that status write yet.
         self._marked_expired: dict[tuple[str, str], str | None] = {}
@@ -208,6 +221,7 @@ class SandboxReconciler:
         key = (request.namespace, request.name)
         self._marked_expired.pop(key, None)
         self._last_warning.pop(key, None)
+        self._deferrals.clear(key)
 
     async def _reconcile_sandbox(self, request: Request, cached: Obj) -> Result:
         key = (request.namespace, request.name)
@@ -248,12 +262,20 @@ class SandboxReconciler:
                 return Result()
         else:
             self._marked_expired.pop(key, None)
-            outcome = await self._reconcile_children(sandbox, now)
+            deferral = None
+            if self._write_behind_window > 0:
+                deferral = WriteDeferral(self._deferrals, key, self._write_behind_window)
+            outcome = await self._reconcile_children(sandbox, now, deferral=deferral)
             errors, multiple = outcome.errors, outcome.multiple_pods
             expired_now, requeue = check_expiry(sandbox, self._clock())
             if expired_now:
                 self._set_expired(sandbox, now)
                 requeue = IMMEDIATE_REQUEUE
+            if deferral is not None and deferral.deferred:
+                # Wake up when the window ends, to send the skipped Pod patch (delta 3.3).
+                requeue = deferral.wait if requeue is None else min(requeue, deferral.wait)
+            elif deferral is not None and not errors:
+                self._deferrals.clear(key)
 
         status_error = await self._write_status(sandbox, old_status)
         if status_error is not None:
@@ -375,7 +397,9 @@ class SandboxReconciler:
 
     # --- children ---------------------------------------------------------------------------
 
-    async def _reconcile_children(self, sandbox: Obj, now: dt.datetime) -> _ChildOutcome:
+    async def _reconcile_children(
+        self, sandbox: Obj, now: dt.datetime, *, deferral: WriteDeferral | None = None
+    ) -> _ChildOutcome:
         """PVCs, Pod, status fields, Service, conditions (spec section 3.2)."""
         name_hash = compute_name_hash(name_of(sandbox))
         outcome = _ChildOutcome()
@@ -384,7 +408,7 @@ class SandboxReconciler:
         if pvc_error is not None:
             outcome.errors.append(pvc_error)
         with self._tracer.span("reconcilePod"):
-            pod, pod_error = await self._reconcile_pod(sandbox, name_hash)
+            pod, pod_error = await self._reconcile_pod(sandbox, name_hash, deferral=deferral)
         if isinstance(pod_error, MultiplePodsError):
             outcome.multiple_pods = pod_error
         elif pod_error is not None:
@@ -474,7 +498,7 @@ class SandboxReconciler:
         return None
 
     async def _reconcile_pod(
-        self, sandbox: Obj, name_hash: str
+        self, sandbox: Obj, name_hash: str, *, deferral: WriteDeferral | None = None
     ) -> tuple[Obj | None, ChildError | None]:
         """Find, adopt, delete (suspended) or create the Sandbox's Pod (spec section 3.3)."""
         namespace = namespace_of(sandbox)
@@ -503,8 +527,8 @@ class SandboxReconciler:
         if sandbox.get("spec", {}).get("operatingMode") == OPERATING_MODE_SUSPENDED:
             return await self._suspend_pod(sandbox, pod)
         if pod is not None:
-            return await self._reconcile_existing_pod(sandbox, pod, name_hash)
-        return await self._create_pod(sandbox, name_hash)
+            return await self._reconcile_existing_pod(sandbox, pod, name_hash, deferral=deferral)
+        return await self._create_pod(sandbox, name_hash, deferral=deferral)
 
     def _pod_candidates(self, namespace: str, name_hash: str) -> list[Obj]:
         try:
@@ -546,7 +570,7 @@ class SandboxReconciler:
         return pod, error
 
     async def _reconcile_existing_pod(
-        self, sandbox: Obj, pod: Obj, name_hash: str
+        self, sandbox: Obj, pod: Obj, name_hash: str, *, deferral: WriteDeferral | None = None
     ) -> tuple[Obj | None, ChildError | None]:
         self._tracer.add_event("ExistingPodStatusObserved", pod, _pod_event_attributes)
         ownership, ref = check_ownership(pod, sandbox)
@@ -566,7 +590,17 @@ class SandboxReconciler:
                 return None, ChildError(cannot_adopt_message("pod", pod_name), transient=False)
             set_controller_reference(work, sandbox)
         changed = update_pod_metadata(work, sandbox, name_hash)
-        if changed or adopting:
+        if changed and not adopting and deferral is not None and not deferral.should_write():
+            # Write-behind: skip the patch this pass; status is computed from the Pod as it
+            # will be, so readiness never waits for the deferred write.
+            log.debug(
+                "deferred metadata patch of pod %s/%s (%.3fs left)",
+                namespace_of(pod),
+                pod_name,
+                deferral.wait,
+            )
+            pod = {**pod, "metadata": work["metadata"]}
+        elif changed or adopting:
             patch = create_merge_patch({"metadata": pod.get("metadata") or {}}, work)
             try:
                 await self._client.patch(PODS, namespace_of(pod), pod_name, patch)
@@ -578,7 +612,7 @@ class SandboxReconciler:
         return pod, await self._ensure_pod_name_annotation(sandbox, pod_name)
 
     async def _create_pod(
-        self, sandbox: Obj, name_hash: str
+        self, sandbox: Obj, name_hash: str, *, deferral: WriteDeferral | None = None
     ) -> tuple[Obj | None, ChildError | None]:
         namespace, name = namespace_of(sandbox), name_of(sandbox)
         body = desired_pod(sandbox, name_hash)
@@ -593,7 +627,7 @@ class SandboxReconciler:
                 live = await self._client.get(PODS, namespace, name)
             except Exception as get_exc:
                 return None, wrap(get_exc, "pod already exists but failed to fetch")
-            return await self._reconcile_existing_pod(sandbox, live, name_hash)
+            return await self._reconcile_existing_pod(sandbox, live, name_hash, deferral=deferral)
         except Exception as exc:
             return None, wrap(exc)
         log.info("created pod %s/%s", namespace, name)
