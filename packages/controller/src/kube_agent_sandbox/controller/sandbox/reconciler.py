@@ -1,10 +1,11 @@
 """The Sandbox reconciler: one Pod, optional headless Service and PVCs per Sandbox, and status.
 
 Reads come from informer caches (``Reader``), writes go to the API server (``Client``). The
-flow follows upstream v0.5.4 (spec section 3) step for step so both implementations produce
-the same objects and the same status; the deliberate differences (strict Sandbox-to-Pod
-mapping, Warning events, slow retry of errors that retrying cannot fix, local name checks,
-UID preconditions on deletes) are listed in docs/guides/upstream-differences.md.
+flow follows upstream v0.5.6 (spec section 3 and the v0.5.6 delta, section 3: strict
+Sandbox-to-Pod mapping, the PodScheduled condition, write-behind Pod patches) step for step so
+both implementations produce the same objects and the same status; the deliberate differences
+(ReconcilerError Warning events, slow retry of errors that retrying cannot fix, local name
+checks, UID preconditions on deletes) are listed in docs/guides/upstream-differences.md.
 """
 
 from __future__ import annotations
