@@ -63,6 +63,18 @@ def test_name_hash_is_eight_lower_hex_digits_for_non_ascii() -> None:
         (constants.REASON_DEPENDENCIES_READY, "DependenciesReady"),
         (constants.REASON_ENV_VARS_INJECTION_REJECTED, "EnvVarsInjectionRejected"),
         (constants.CONDITION_SUSPENDED, "Suspended"),
+        # Added by upstream v0.5.5/v0.5.6 (delta section 2).
+        (constants.CONDITION_POD_SCHEDULED, "PodScheduled"),
+        (constants.REASON_POD_SCHEDULED, "PodScheduled"),
+        (constants.REASON_POD_SCHEDULING_UNKNOWN, "PodSchedulingUnknown"),
+        (constants.REASON_MULTIPLE_PODS, "MultiplePods"),
+        (constants.REASON_SANDBOX_CREATE_PENDING, "SandboxCreatePending"),
+        (
+            constants.ANNOTATION_CLIENT_FIRST_REQUESTED_AT,
+            "agents.x-k8s.io/client-first-requested-at",
+        ),
+        (constants.EVENT_REPORTER_SANDBOX_CONTROLLER, "sandbox-controller"),
+        (constants.EVENT_ACTION_RECONCILING, "Reconciling"),
     ],
 )
 def test_constants_match_the_spec(actual: str, expected: str) -> None:

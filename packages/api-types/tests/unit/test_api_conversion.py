@@ -616,6 +616,39 @@ def test_warm_pool_round_trip() -> None:
     assert convert(convert(src, EXT_B), EXT_A) == src
 
 
+def test_warm_pool_observed_generation_is_dropped_when_read_as_alpha() -> None:
+    src = warm_pool(EXT_B, 3)
+    src["status"]["observedGeneration"] = 7
+    dst = convert(src, EXT_A)
+    assert dst["status"] == {"replicas": 2, "readyReplicas": 1, "selector": "a=b"}
+    assert src["status"]["observedGeneration"] == 7  # the input is not changed
+
+
+def test_warm_pool_status_written_through_alpha_has_no_observed_generation() -> None:
+    src = warm_pool(EXT_A, 3)
+    src["status"]["observedGeneration"] = 7  # cannot pass v1alpha1 admission; dropped anyway
+    dst = convert(src, EXT_B)
+    assert dst["status"] == {"replicas": 2, "readyReplicas": 1, "selector": "a=b"}
+
+
+def test_warm_pool_beta_alpha_beta_loses_only_observed_generation() -> None:
+    src = warm_pool(EXT_B, 3)
+    src["status"]["observedGeneration"] = 7
+    again = convert(convert(src, EXT_A), EXT_B)
+    again["metadata"].pop("annotations")
+    expected = json.loads(json.dumps(src))
+    del expected["status"]["observedGeneration"]
+    assert again == expected
+
+
+@pytest.mark.parametrize("to", [EXT_A, EXT_B])
+def test_warm_pool_status_that_is_not_an_object_is_refused(to: str) -> None:
+    src = warm_pool(EXT_B if to == EXT_A else EXT_A, 3)
+    src["status"] = ["x"]
+    with pytest.raises(ConversionError, match="status: expected object, got array"):
+        convert(src, to)
+
+
 # --- Dispatch and bad input ---------------------------------------------------------------------
 
 

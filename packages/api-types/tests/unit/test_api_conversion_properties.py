@@ -10,7 +10,7 @@ What the spec promises and these properties check:
   Sandbox: ``status.nodeName``; an absent, empty or unknown ``operatingMode`` becomes
   ``Running``; a status left empty is dropped.
   SandboxTemplate: an empty ``volumeClaimTemplatesPolicy`` becomes absent.
-  SandboxWarmPool: an absent ``replicas`` becomes 1.
+  SandboxWarmPool: an absent ``replicas`` becomes 1; ``status.observedGeneration`` is dropped.
   SandboxClaim: ``volumeClaimTemplates`` is dropped; ``warmPoolRef`` survives unless it is a
   shadow pool or ``""``/``"none"``/``"default"``, which are re-derived (the sandbox's pool for a
   warm-started claim, else ``shadow-pool-<name>``).
@@ -289,15 +289,14 @@ def warm_pools(draw: st.DrawFn, api_version: str, replicas_required: bool) -> Ob
         "spec": spec,
     }
     if draw(st.booleans()):
-        obj["status"] = draw(
-            optional_keys(
-                {
-                    "replicas": st.integers(0, 50),
-                    "readyReplicas": st.integers(0, 50),
-                    "selector": text,
-                }
-            )
-        )
+        status_fields = {
+            "replicas": st.integers(0, 50),
+            "readyReplicas": st.integers(0, 50),
+            "selector": text,
+        }
+        if api_version == EXT_B:  # v1beta1 only (upstream v0.5.6)
+            status_fields["observedGeneration"] = st.integers(0, 2**63 - 1)
+        obj["status"] = draw(optional_keys(status_fields))
     return obj
 
 
@@ -411,6 +410,7 @@ def expected_template(beta: Obj) -> Obj:
 def expected_warm_pool(beta: Obj) -> Obj:
     expected = copy(beta)
     expected["spec"].setdefault("replicas", 1)
+    expected.get("status", {}).pop("observedGeneration", None)  # v1alpha1 has no such field
     return expected
 
 

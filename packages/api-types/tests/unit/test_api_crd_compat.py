@@ -112,14 +112,32 @@ def _reference_crds_dir() -> Path:
     return reference_dir() / "crds"
 
 
-def _allowlist() -> dict[tuple[str, str], str]:
+def _allowlist() -> dict[tuple[str, str], str | None]:
+    """``{(crd file, entry): the exact difference text expected, or None for any}``."""
     document = yaml.safe_load(_ALLOWLIST.read_text(encoding="utf-8")) or {}
     entries = document.get("allowed") or []
-    allowed = {}
+    allowed: dict[tuple[str, str], str | None] = {}
     for entry in entries:
         assert entry.get("reason"), f"allow-list entry without a reason: {entry}"
-        allowed[(entry["crd"], entry["entry"])] = entry["reason"]
+        allowed[(entry["crd"], entry["entry"])] = entry.get("difference")
     return allowed
+
+
+def unexplained_differences(
+    name: str, differences: list[str], allowed: Mapping[tuple[str, str], str | None]
+) -> list[str]:
+    """The differences of CRD ``name`` that the allow-list does not explain.
+
+    An entry explains a difference at its path; with ``difference`` set it explains only
+    exactly that (e.g. ``ours='int64' reference=<absent>``), so a changed value still fails.
+    """
+    unexplained = []
+    for difference in differences:
+        entry, _, rest = difference.partition(": ")
+        key = (name, entry)
+        if key not in allowed or (allowed[key] is not None and allowed[key] != rest):
+            unexplained.append(difference)
+    return unexplained
 
 
 @pytest.mark.parametrize("info", KINDS, ids=lambda info: info.kind)
@@ -130,9 +148,9 @@ def test_generated_crd_matches_upstream(info: Any) -> None:
     allowed = _allowlist()
     for difference in differences:
         print(f"{name}: {difference}")  # the report is the point of this test
-    unexplained = [d for d in differences if (name, d.split(": ours=", 1)[0]) not in allowed]
+    unexplained = unexplained_differences(name, differences, allowed)
     assert unexplained == [], "differences not in crd_compat_allowlist.yaml"
-    present = {d.split(": ours=", 1)[0] for d in differences}
+    present = {d.partition(": ")[0] for d in differences}
     stale = [entry for (crd, entry) in allowed if crd == name and entry not in present]
     assert stale == [], "allow-list entries that are no longer differences"
 
@@ -202,3 +220,76 @@ def test_comparator_reports_each_kind_of_difference(
 
 def test_comparator_finds_no_difference_between_equal_crds(sandbox_crd: dict[str, Any]) -> None:
     assert compare_crds(sandbox_crd, copy.deepcopy(sandbox_crd)) == []
+
+
+# --- The intended v0.5.6 difference is allowed narrowly -----------------------------------------
+
+_WARM_POOL = next(info for info in KINDS if info.kind == "SandboxWarmPool")
+_WARM_POOL_FILE = crd_file_name(_WARM_POOL)
+
+
+def _status_properties(crd: dict[str, Any], version: str) -> dict[str, Any]:
+    for served in crd["spec"]["versions"]:
+        if served["name"] == version:
+            properties: dict[str, Any] = served["schema"]["openAPIV3Schema"]["properties"][
+                "status"
+            ]["properties"]
+            return properties
+    raise AssertionError(version)
+
+
+def _without_observed_generation() -> dict[str, Any]:
+    """Our warm pool CRD as upstream v0.5.4 had it (no status.observedGeneration)."""
+    crd = build_crd(_WARM_POOL)
+    _status_properties(crd, "v1beta1").pop("observedGeneration")
+    return crd
+
+
+def test_observed_generation_is_the_only_allowed_warm_pool_difference() -> None:
+    ours = build_crd(_WARM_POOL)
+    differences = compare_crds(ours, _without_observed_generation())
+    assert sorted(d.partition(": ")[0] for d in differences) == [
+        "v1beta1:.status.observedGeneration#format",
+        "v1beta1:.status.observedGeneration#minimum",
+        "v1beta1:.status.observedGeneration#node",
+        "v1beta1:.status.observedGeneration#type",
+    ]
+    assert unexplained_differences(_WARM_POOL_FILE, differences, _allowlist()) == []
+    assert "observedGeneration" not in _status_properties(ours, "v1alpha1")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected_entry"),
+    [
+        (
+            lambda crd: _status_properties(crd, "v1beta1")["observedGeneration"].__setitem__(
+                "format", "int32"
+            ),
+            "v1beta1:.status.observedGeneration#format",
+        ),
+        (
+            lambda crd: _status_properties(crd, "v1beta1")["observedGeneration"].__setitem__(
+                "minimum", 1
+            ),
+            "v1beta1:.status.observedGeneration#minimum",
+        ),
+        (
+            lambda crd: _status_properties(crd, "v1alpha1").__setitem__(
+                "observedGeneration", {"type": "integer", "format": "int64", "minimum": 0}
+            ),
+            "v1alpha1:.status.observedGeneration#node",
+        ),
+        (
+            lambda crd: _status_properties(crd, "v1beta1").__setitem__(
+                "observedGenerations", {"type": "integer"}
+            ),
+            "v1beta1:.status.observedGenerations#node",
+        ),
+    ],
+)
+def test_other_warm_pool_differences_are_not_allowed(mutate: Any, expected_entry: str) -> None:
+    ours = build_crd(_WARM_POOL)
+    mutate(ours)
+    differences = compare_crds(ours, _without_observed_generation())
+    unexplained = unexplained_differences(_WARM_POOL_FILE, differences, _allowlist())
+    assert expected_entry in [d.partition(": ")[0] for d in unexplained]

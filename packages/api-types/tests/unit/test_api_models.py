@@ -470,3 +470,40 @@ def test_unknown_class_keyword_is_a_type_error() -> None:
 
         class Broken(KubeModel, validation=()):
             pass
+
+
+# --- SandboxWarmPool status.observedGeneration (upstream v0.5.6, delta 1.1) ---------------------
+
+_POOL_SPEC: dict[str, Any] = {"sandboxTemplateRef": {"name": "t"}}
+
+
+def test_warm_pool_observed_generation_round_trips_in_v1beta1() -> None:
+    document = {
+        "spec": _POOL_SPEC,
+        "status": {"replicas": 2, "readyReplicas": 1, "selector": "a=b", "observedGeneration": 4},
+    }
+    pool = SandboxWarmPool.model_validate(document)
+    assert pool.status is not None
+    assert pool.status.observed_generation == 4
+    dumped = pool.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["status"]["observedGeneration"] == 4
+    absent = SandboxWarmPool.model_validate({"spec": _POOL_SPEC, "status": {}})
+    assert "observedGeneration" not in absent.model_dump(by_alias=True, exclude_none=True)["status"]
+
+
+@pytest.mark.parametrize("value", [-1, "4", True, 4.0])
+def test_warm_pool_observed_generation_rejects_bad_values(value: Any) -> None:
+    messages = _errors(
+        SandboxWarmPool, {"spec": _POOL_SPEC, "status": {"observedGeneration": value}}
+    )
+    assert [m.split(":", 1)[0] for m in messages] == ["status.observedGeneration"]
+
+
+def test_v1alpha1_warm_pool_status_has_no_observed_generation() -> None:
+    assert "observed_generation" not in v1alpha1.SandboxWarmPoolStatus.model_fields
+    document = {
+        "spec": {**_POOL_SPEC, "replicas": 1},
+        "status": {"replicas": 1, "observedGeneration": 4},
+    }
+    messages = _errors(v1alpha1.SandboxWarmPool, document)
+    assert [m.split(":", 1)[0] for m in messages] == ["status.observedGeneration"]

@@ -189,6 +189,7 @@ class TestSandboxController:
         }
         assert without_ltt(sandbox) == [
             _cond("Suspended", "False", "NotSuspended", "Sandbox is not suspended"),
+            _cond("PodScheduled", "True", "PodScheduled", ""),
             _cond("Ready", "True", "DependenciesReady", "Pod is Ready; Service Exists"),
         ]
         assert sandbox["status"]["podIPs"]

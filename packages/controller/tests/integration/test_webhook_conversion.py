@@ -308,3 +308,25 @@ async def test_warm_pool_replicas(webhook: Webhook) -> None:
 
     scale = await client.get(POOL_A, ns, "pool-a", subresource="scale")
     assert scale["spec"]["replicas"] == 2
+
+
+async def test_warm_pool_observed_generation_is_v1beta1_only(webhook: Webhook) -> None:
+    """Upstream v0.5.6 (#1328): the field exists in v1beta1 only; v1alpha1 drops it."""
+    client, ns = webhook.client, webhook.namespace
+    await client.create(POOL_B, ns, obj(POOL_B, "pool-gen", {"sandboxTemplateRef": {"name": "t"}}))
+    status = {"status": {"replicas": 1, "readyReplicas": 1, "observedGeneration": 1}}
+    written = await client.patch(POOL_B, ns, "pool-gen", status, subresource="status")
+    assert written["status"]["observedGeneration"] == 1  # the CRD schema keeps the field
+
+    alpha = await client.get(POOL_A, ns, "pool-gen")
+    assert alpha["status"] == {"replicas": 1, "readyReplicas": 1}
+
+    # A status written through v1alpha1 carries no observedGeneration back to storage.
+    await client.patch(POOL_A, ns, "pool-gen", {"status": {"replicas": 2}}, subresource="status")
+    beta = await client.get(POOL_B, ns, "pool-gen")
+    assert beta["status"] == {"replicas": 2, "readyReplicas": 1}
+
+    refused = {"status": {"observedGeneration": -1}}
+    with pytest.raises(ApiError) as caught:
+        await client.patch(POOL_B, ns, "pool-gen", refused, subresource="status")
+    assert caught.value.status == 422

@@ -120,11 +120,16 @@ class FakeCluster(FakeApi):
         node: str | None = "node-1",
         namespace: str = NS,
     ) -> None:
-        """Set a stored Pod's status as the kubelet would (phase, Ready, IPs, node)."""
+        """Set a stored Pod's status as scheduler and kubelet would (phase, Ready, IPs, node).
+
+        A Pod with a node also gets the scheduler's ``PodScheduled=True`` (no reason).
+        """
 
         def change(pod: Obj) -> None:
             status: Obj = {"phase": phase}
             status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+            if node:
+                status["conditions"].insert(0, {"type": "PodScheduled", "status": "True"})
             if ips:
                 status["podIPs"] = [{"ip": ip} for ip in ips]
                 status["podIP"] = ips[0]

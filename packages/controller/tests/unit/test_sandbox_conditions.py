@@ -311,6 +311,7 @@ class TestConditionOrderAndTransitions:
         _apply(sandbox, pod=_owned_pod(phase="Succeeded"))
         assert [c["type"] for c in sandbox["status"]["conditions"]] == [
             "Suspended",
+            "PodScheduled",
             "Ready",
             "Finished",
         ]

@@ -1,7 +1,10 @@
 """Well-known strings shared with upstream agent-sandbox: groups, labels, annotations, conditions.
 
 Objects written by the upstream Go controller or SDK must work with ours and the other way
-round, so every string here is byte-identical to upstream v0.5.4.
+round, so every string here is byte-identical to upstream v0.5.6 (v0.5.4 plus the strings
+v0.5.5/v0.5.6 added: the PodScheduled condition and its reasons, the MultiplePods and
+SandboxCreatePending reasons, the client-first-requested-at annotation and the Sandbox
+controller's event reporter).
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ REASON_POD_NOT_OWNED: Final = "PodNotOwned"
 REASON_POD_TERMINATED: Final = "PodTerminated"
 REASON_POD_STATE_UNKNOWN: Final = "PodStateUnknown"
 REASON_POD_NOT_TERMINATED: Final = "PodNotTerminated"  # deprecated upstream, never written
+# PodScheduled (v0.5.6): the pod's own reason is copied; these two are the fallbacks.
+REASON_POD_SCHEDULED: Final = "PodScheduled"
+REASON_POD_SCHEDULING_UNKNOWN: Final = "PodSchedulingUnknown"
 # Ready (Sandbox)
 REASON_DEPENDENCIES_READY: Final = "DependenciesReady"
 REASON_DEPENDENCIES_NOT_READY: Final = "DependenciesNotReady"
@@ -123,6 +129,9 @@ REASON_SANDBOX_CREATE_PENDING: Final = "SandboxCreatePending"
 
 # --- Other fixed names ------------------------------------------------------------------------
 FIELD_OWNER_SANDBOX_CONTROLLER: Final = "sandbox-controller"
+# Event reporter of the core Sandbox controller (v0.5.6) and the action of its Warning events.
+EVENT_REPORTER_SANDBOX_CONTROLLER: Final = "sandbox-controller"
+EVENT_ACTION_RECONCILING: Final = "Reconciling"
 LEADER_ELECTION_ID: Final = "a3317529.agent-sandbox.x-k8s.io"
 WEBHOOK_SECRET_NAME: Final = "agent-sandbox-webhook-certs"
 WEBHOOK_SERVICE_NAME: Final = "agent-sandbox-webhook-service"

@@ -70,7 +70,7 @@ def _duration_flag(name: str, default: float, usage: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class ControllerOptions:
-    """Everything the command line configures. Defaults are upstream v0.5.4's."""
+    """Everything the command line configures. Defaults are upstream v0.5.6's."""
 
     version: bool = _flag("version", False, "Print version information and exit.")
     extensions: bool = _flag("extensions", False, "Enable extensions controllers.")

@@ -1,7 +1,7 @@
 """The v1alpha1 API (served, deprecated) of all four kinds.
 
 Only the classes that differ from v1beta1 live here; shared parts (pod template, PVC template,
-policies, lifecycle, statuses) are the v1beta1 classes, as their schemas are identical.
+policies, lifecycle, most statuses) are the v1beta1 classes, as their schemas are identical.
 """
 
 from kube_agent_sandbox.api.v1alpha1.sandbox import Sandbox, SandboxSpec, SandboxStatus
@@ -12,7 +12,11 @@ from kube_agent_sandbox.api.v1alpha1.sandbox_claim import (
     SandboxClaimSpec,
 )
 from kube_agent_sandbox.api.v1alpha1.sandbox_template import SandboxTemplate, SandboxTemplateSpec
-from kube_agent_sandbox.api.v1alpha1.sandbox_warm_pool import SandboxWarmPool, SandboxWarmPoolSpec
+from kube_agent_sandbox.api.v1alpha1.sandbox_warm_pool import (
+    SandboxWarmPool,
+    SandboxWarmPoolSpec,
+    SandboxWarmPoolStatus,
+)
 
 __all__ = [
     "WARM_POOL_POLICY_DEFAULT",
@@ -26,4 +30,5 @@ __all__ = [
     "SandboxTemplateSpec",
     "SandboxWarmPool",
     "SandboxWarmPoolSpec",
+    "SandboxWarmPoolStatus",
 ]

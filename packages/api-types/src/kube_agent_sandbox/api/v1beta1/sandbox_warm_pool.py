@@ -12,6 +12,7 @@ from kube_agent_sandbox.api import constants
 from kube_agent_sandbox.api.base import KubeModel, KubeObject
 from kube_agent_sandbox.api.markers import (
     INT32,
+    INT64,
     Int32,
     PrinterColumn,
     ScaleSubresource,
@@ -72,11 +73,21 @@ class SandboxWarmPoolSpec(KubeModel):
 
 
 class SandboxWarmPoolStatus(KubeModel):
-    """Observed state of a warm pool (absent counts mean 0)."""
+    """Observed state of a warm pool (absent counts mean 0).
+
+    Attributes:
+        replicas: active member sandboxes.
+        ready_replicas: members whose Ready condition is True.
+        selector: label selector of the members (scale subresource).
+        observed_generation: the ``metadata.generation`` the controller last reconciled
+            (upstream v0.5.6, #1328). It does not track template rollouts: a template change
+            leaves the pool's generation alone.
+    """
 
     replicas: Int32 | None = None
     ready_replicas: Int32 | None = None
     selector: str | None = None
+    observed_generation: Annotated[int, Strict(), Ge(0), INT64] | None = None
 
 
 class SandboxWarmPool(

@@ -3,12 +3,14 @@
 Clients (the SDK, the claim controller, e2e tests comparing whole statuses) depend on the exact
 type/status/reason/message strings, on the list order (order of first insertion) and on
 lastTransitionTime moving only when a status flips, so all of that lives here, in pure
-functions that unit tests can pin down (spec sections 3.7 and "Conventions").
+functions that unit tests can pin down (spec sections 3.7 and "Conventions"; the PodScheduled
+mirror of upstream v0.5.6 in delta section 3.1).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +22,12 @@ from kube_agent_sandbox.controller.sandbox.resources import OPERATING_MODE_SUSPE
 TRUE = "True"
 FALSE = "False"
 UNKNOWN = "Unknown"
+
+_CONDITION_STATUSES = frozenset({TRUE, FALSE, UNKNOWN})
+# metav1.Condition validation (the CRD's condition schema): a reason the API server accepts.
+_REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_REASON_MAX = 1024
+_MESSAGE_MAX = 32768
 
 
 def format_time(moment: dt.datetime) -> str:
@@ -183,6 +191,56 @@ def compute_finished(sandbox: Obj, pod: Obj | None) -> Obj | None:
     return None
 
 
+def compute_pod_scheduled(sandbox: Obj, pod: Obj | None, *, pod_failed: bool) -> Obj | None:
+    """The PodScheduled condition mirrored from the Sandbox's own Pod, or None to remove it.
+
+    The Pod's status, reason and message are copied verbatim, so scheduler reasons such as
+    ``Unschedulable`` or ``SchedulingGated`` pass through; an empty reason becomes
+    ``PodScheduled`` (status True) or ``PodSchedulingUnknown`` (anything else). Without a Pod
+    the condition is removed, unless the Pod could not be determined (an error), which is
+    Unknown. A Pod the Sandbox does not control never leaks its state (delta section 3.1).
+
+    Args:
+        sandbox: The Sandbox.
+        pod: The Pod found or created for it, if any.
+        pod_failed: Whether reconciling the pod produced an error (MultiplePods included).
+
+    Returns:
+        The condition to set, or None when it must be removed.
+    """
+    gen = _generation(sandbox)
+    if pod is None and pod_failed:
+        return new_condition(
+            c.CONDITION_POD_SCHEDULED,
+            UNKNOWN,
+            c.REASON_POD_SCHEDULING_UNKNOWN,
+            "Pod state is unknown. Pod scheduling cannot be determined",
+            observed_generation=gen,
+        )
+    if pod is None or not is_owned_by(pod, sandbox):
+        return None
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if not isinstance(cond, dict) or cond.get("type") != "PodScheduled":
+            continue
+        status = str(cond.get("status") or "")
+        if status not in _CONDITION_STATUSES:
+            status = UNKNOWN  # the Sandbox CRD would refuse the whole status write
+        reason = str(cond.get("reason") or "")
+        if len(reason) > _REASON_MAX or not _REASON_PATTERN.match(reason):
+            reason = c.REASON_POD_SCHEDULED if status == TRUE else c.REASON_POD_SCHEDULING_UNKNOWN
+        message = str(cond.get("message") or "")[:_MESSAGE_MAX]
+        return new_condition(
+            c.CONDITION_POD_SCHEDULED, status, reason, message, observed_generation=gen
+        )
+    return new_condition(
+        c.CONDITION_POD_SCHEDULED,
+        UNKNOWN,
+        c.REASON_POD_SCHEDULING_UNKNOWN,
+        "Pod has not reported a PodScheduled condition yet",
+        observed_generation=gen,
+    )
+
+
 def _pod_ready_message(pod: Obj | None) -> tuple[str, bool]:
     if pod is None:
         return "Pod does not exist", False
@@ -285,6 +343,16 @@ def expired_condition(sandbox: Obj) -> Obj:
     )
 
 
+def set_expired(conditions: list[Obj], sandbox: Obj, *, now: dt.datetime) -> None:
+    """Mark ``conditions`` expired: Ready False/SandboxExpired, PodScheduled removed.
+
+    Expiry tears the Pod down without passing through the pod step, so a mirrored
+    PodScheduled would go stale; Finished (and Suspended) are kept (delta section 3.1).
+    """
+    set_status_condition(conditions, expired_condition(sandbox), now=now)
+    remove_status_condition(conditions, c.CONDITION_POD_SCHEDULED)
+
+
 def is_marked_expired(sandbox: Obj) -> bool:
     """True when the Ready condition already carries reason SandboxExpired."""
     ready = find_condition(sandbox.get("status", {}).get("conditions"), c.CONDITION_READY)
@@ -301,10 +369,11 @@ def apply_conditions(
     multiple_pods_text: str | None,
     now: dt.datetime,
 ) -> None:
-    """Compute Suspended, Finished (optional) and Ready and set them on ``sandbox`` status.
+    """Compute Suspended, Finished and PodScheduled (both optional) and Ready; set them.
 
-    The order of application fixes the list order of a fresh Sandbox ([Suspended, Ready]);
-    a Finished condition that is not computed is removed.
+    The order of application fixes the list order of a fresh Sandbox ([Suspended,
+    PodScheduled, Ready]); a Finished or PodScheduled condition that is not computed is
+    removed. Suspended is never removed.
     """
     status = sandbox.setdefault("status", {})
     if status.get("conditions") is None:
@@ -316,6 +385,9 @@ def apply_conditions(
     finished = compute_finished(sandbox, pod)
     if finished is not None:
         set_status_condition(conditions, finished, now=now)
+    scheduled = compute_pod_scheduled(sandbox, pod, pod_failed=pod_failed)
+    if scheduled is not None:
+        set_status_condition(conditions, scheduled, now=now)
     ready = compute_ready(
         sandbox,
         pod=pod,
@@ -326,3 +398,5 @@ def apply_conditions(
     set_status_condition(conditions, ready, now=now)
     if finished is None:
         remove_status_condition(conditions, c.CONDITION_FINISHED)
+    if scheduled is None:
+        remove_status_condition(conditions, c.CONDITION_POD_SCHEDULED)

@@ -1,10 +1,11 @@
 """The Sandbox reconciler: one Pod, optional headless Service and PVCs per Sandbox, and status.
 
 Reads come from informer caches (``Reader``), writes go to the API server (``Client``). The
-flow follows upstream v0.5.4 (spec section 3) step for step so both implementations produce
-the same objects and the same status; the deliberate differences (strict Sandbox-to-Pod
-mapping, Warning events, slow retry of errors that retrying cannot fix, local name checks,
-UID preconditions on deletes) are listed in docs/guides/upstream-differences.md.
+flow follows upstream v0.5.6 (spec section 3 and the v0.5.6 delta, section 3: strict
+Sandbox-to-Pod mapping, the PodScheduled condition, write-behind Pod patches) step for step so
+both implementations produce the same objects and the same status; the deliberate differences
+(ReconcilerError Warning events, slow retry of errors that retrying cannot fix, local name
+checks, UID preconditions on deletes) are listed in docs/guides/upstream-differences.md.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -32,10 +34,9 @@ from kube_agent_sandbox.controller.runtime.types import (
 )
 from kube_agent_sandbox.controller.sandbox.conditions import (
     apply_conditions,
-    expired_condition,
     find_condition,
     is_marked_expired,
-    set_status_condition,
+    set_expired,
 )
 from kube_agent_sandbox.controller.sandbox.errors import (
     ChildError,
@@ -78,6 +79,11 @@ from kube_agent_sandbox.controller.sandbox.service import (
     service_ports_for_sandbox,
 )
 from kube_agent_sandbox.controller.sandbox.status import status_patch
+from kube_agent_sandbox.controller.sandbox.writebehind import (
+    DeferralClock,
+    WriteDeferral,
+    effective_window,
+)
 from kube_agent_sandbox.controller.tracing import NOOP_TRACER, Tracer
 
 log = logging.getLogger(__name__)
@@ -154,6 +160,9 @@ class SandboxReconciler:
         clock: Source of the current time (tests pass a fixed clock).
         error_requeue_after: Seconds before retrying errors that retrying soon cannot fix.
         tracer: Receives spans and events (tracing off by default: nothing is recorded).
+        write_behind_window: ``--sandbox-write-behind-window`` in seconds (0 = off); Pod
+            metadata patches are deferred by at most ``min(window, 1s)``.
+        monotonic: Monotonic seconds for the write-behind window (tests pass a fake).
     """
 
     def __init__(
@@ -169,6 +178,8 @@ class SandboxReconciler:
         clock: Callable[[], dt.datetime] = _utcnow,
         error_requeue_after: float = DEFAULT_ERROR_REQUEUE,
         tracer: Tracer = NOOP_TRACER,
+        write_behind_window: float = 0.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._sandboxes = sandboxes
@@ -180,6 +191,8 @@ class SandboxReconciler:
         self._clock = clock
         self._error_requeue_after = error_requeue_after
         self._tracer = tracer
+        self._write_behind_window = effective_window(write_behind_window)
+        self._deferrals = DeferralClock(now=monotonic)
         # Sandboxes (key -> uid) whose expiry mark was written by pass 1, so pass 2 proceeds
         # even when the Sandbox cache has not caught up with that status write yet.
         self._marked_expired: dict[tuple[str, str], str | None] = {}
@@ -209,6 +222,7 @@ class SandboxReconciler:
         key = (request.namespace, request.name)
         self._marked_expired.pop(key, None)
         self._last_warning.pop(key, None)
+        self._deferrals.clear(key)
 
     async def _reconcile_sandbox(self, request: Request, cached: Obj) -> Result:
         key = (request.namespace, request.name)
@@ -249,18 +263,27 @@ class SandboxReconciler:
                 return Result()
         else:
             self._marked_expired.pop(key, None)
-            outcome = await self._reconcile_children(sandbox, now)
+            deferral = None
+            if self._write_behind_window > 0:
+                deferral = WriteDeferral(self._deferrals, key, self._write_behind_window)
+            outcome = await self._reconcile_children(sandbox, now, deferral=deferral)
             errors, multiple = outcome.errors, outcome.multiple_pods
             expired_now, requeue = check_expiry(sandbox, self._clock())
             if expired_now:
                 self._set_expired(sandbox, now)
                 requeue = IMMEDIATE_REQUEUE
+            if deferral is not None and deferral.deferred:
+                # Wake up when the window ends, to send the skipped Pod patch (delta 3.3).
+                requeue = deferral.wait if requeue is None else min(requeue, deferral.wait)
+            elif deferral is not None and not errors:
+                self._deferrals.clear(key)
 
         status_error = await self._write_status(sandbox, old_status)
         if status_error is not None:
             errors.append(status_error)
-        all_errors = [*errors, multiple] if multiple is not None else errors
-        return self._finish(request, cached, old_status, sandbox, all_errors, requeue)
+        return self._finish(
+            request, cached, old_status, sandbox, errors, requeue, multiple_pods=multiple
+        )
 
     def _finish(
         self,
@@ -270,13 +293,26 @@ class SandboxReconciler:
         sandbox: Obj,
         errors: list[ChildError],
         requeue: float | None,
+        *,
+        multiple_pods: MultiplePodsError | None = None,
     ) -> Result:
+        """Log, emit events and turn the pass's errors into a result or a retry.
+
+        A MultiplePods error is not retried at all (upstream v0.5.6 does not return it): the
+        next pass comes from the owned-Pod watch, e.g. when an extra Pod is deleted.
+        """
         for error in errors:
             log.warning(
                 "sandbox %s: %s (%s)",
                 request,
                 error.message,
                 "will retry with backoff" if error.transient else "retrying slowly",
+            )
+        if multiple_pods is not None:
+            log.warning(
+                "sandbox %s: %s (waiting for the extra Pods to be deleted)",
+                request,
+                multiple_pods.message,
             )
         self._record_events(request, cached, old_status, sandbox)
         if any(error.transient for error in errors):
@@ -298,16 +334,27 @@ class SandboxReconciler:
             return
         current = (str(new.get("reason", "")), str(new.get("message", "")))
         old = find_condition(old_status.get("conditions"), c.CONDITION_READY)
-        if old is not None and (old.get("reason"), old.get("message")) == current:
+        old_pair = (old.get("reason"), old.get("message")) if old is not None else None
+        last = self._last_warning.get(key)
+        if current[0] == c.REASON_MULTIPLE_PODS:
+            # Upstream: once per episode, i.e. only when Ready was not MultiplePods before
+            # (a changed pod count is not a new episode).
+            if (old_pair and old_pair[0] == current[0]) or (last and last[0] == current[0]):
+                return
+        elif old_pair == current or last == current:
             return
-        if self._last_warning.get(key) == current or self._recorder is None:
+        if self._recorder is None:
             return
         self._last_warning[key] = current
         note = current[1]
         if len(note) > EVENT_NOTE_LIMIT:
             note = note[: EVENT_NOTE_LIMIT - 3] + "..."
         self._recorder.event(
-            cached, type_="Warning", reason=current[0], action="Reconciling", note=note
+            cached,
+            type_="Warning",
+            reason=current[0],
+            action=c.EVENT_ACTION_RECONCILING,
+            note=note,
         )
 
     @staticmethod
@@ -315,7 +362,7 @@ class SandboxReconciler:
         status = sandbox.setdefault("status", {})
         if status.get("conditions") is None:
             status["conditions"] = []
-        set_status_condition(status["conditions"], expired_condition(sandbox), now=now)
+        set_expired(status["conditions"], sandbox, now=now)
 
     async def _write_status(self, sandbox: Obj, old_status: Obj) -> ChildError | None:
         patch = status_patch(old_status, sandbox.get("status"))
@@ -351,7 +398,9 @@ class SandboxReconciler:
 
     # --- children ---------------------------------------------------------------------------
 
-    async def _reconcile_children(self, sandbox: Obj, now: dt.datetime) -> _ChildOutcome:
+    async def _reconcile_children(
+        self, sandbox: Obj, now: dt.datetime, *, deferral: WriteDeferral | None = None
+    ) -> _ChildOutcome:
         """PVCs, Pod, status fields, Service, conditions (spec section 3.2)."""
         name_hash = compute_name_hash(name_of(sandbox))
         outcome = _ChildOutcome()
@@ -360,7 +409,7 @@ class SandboxReconciler:
         if pvc_error is not None:
             outcome.errors.append(pvc_error)
         with self._tracer.span("reconcilePod"):
-            pod, pod_error = await self._reconcile_pod(sandbox, name_hash)
+            pod, pod_error = await self._reconcile_pod(sandbox, name_hash, deferral=deferral)
         if isinstance(pod_error, MultiplePodsError):
             outcome.multiple_pods = pod_error
         elif pod_error is not None:
@@ -450,7 +499,7 @@ class SandboxReconciler:
         return None
 
     async def _reconcile_pod(
-        self, sandbox: Obj, name_hash: str
+        self, sandbox: Obj, name_hash: str, *, deferral: WriteDeferral | None = None
     ) -> tuple[Obj | None, ChildError | None]:
         """Find, adopt, delete (suspended) or create the Sandbox's Pod (spec section 3.3)."""
         namespace = namespace_of(sandbox)
@@ -479,8 +528,8 @@ class SandboxReconciler:
         if sandbox.get("spec", {}).get("operatingMode") == OPERATING_MODE_SUSPENDED:
             return await self._suspend_pod(sandbox, pod)
         if pod is not None:
-            return await self._reconcile_existing_pod(sandbox, pod, name_hash)
-        return await self._create_pod(sandbox, name_hash)
+            return await self._reconcile_existing_pod(sandbox, pod, name_hash, deferral=deferral)
+        return await self._create_pod(sandbox, name_hash, deferral=deferral)
 
     def _pod_candidates(self, namespace: str, name_hash: str) -> list[Obj]:
         try:
@@ -522,7 +571,7 @@ class SandboxReconciler:
         return pod, error
 
     async def _reconcile_existing_pod(
-        self, sandbox: Obj, pod: Obj, name_hash: str
+        self, sandbox: Obj, pod: Obj, name_hash: str, *, deferral: WriteDeferral | None = None
     ) -> tuple[Obj | None, ChildError | None]:
         self._tracer.add_event("ExistingPodStatusObserved", pod, _pod_event_attributes)
         ownership, ref = check_ownership(pod, sandbox)
@@ -542,7 +591,17 @@ class SandboxReconciler:
                 return None, ChildError(cannot_adopt_message("pod", pod_name), transient=False)
             set_controller_reference(work, sandbox)
         changed = update_pod_metadata(work, sandbox, name_hash)
-        if changed or adopting:
+        if changed and not adopting and deferral is not None and not deferral.should_write():
+            # Write-behind: skip the patch this pass; status is computed from the Pod as it
+            # will be, so readiness never waits for the deferred write.
+            log.debug(
+                "deferred metadata patch of pod %s/%s (%.3fs left)",
+                namespace_of(pod),
+                pod_name,
+                deferral.wait,
+            )
+            pod = {**pod, "metadata": work["metadata"]}
+        elif changed or adopting:
             patch = create_merge_patch({"metadata": pod.get("metadata") or {}}, work)
             try:
                 await self._client.patch(PODS, namespace_of(pod), pod_name, patch)
@@ -554,7 +613,7 @@ class SandboxReconciler:
         return pod, await self._ensure_pod_name_annotation(sandbox, pod_name)
 
     async def _create_pod(
-        self, sandbox: Obj, name_hash: str
+        self, sandbox: Obj, name_hash: str, *, deferral: WriteDeferral | None = None
     ) -> tuple[Obj | None, ChildError | None]:
         namespace, name = namespace_of(sandbox), name_of(sandbox)
         body = desired_pod(sandbox, name_hash)
@@ -569,7 +628,7 @@ class SandboxReconciler:
                 live = await self._client.get(PODS, namespace, name)
             except Exception as get_exc:
                 return None, wrap(get_exc, "pod already exists but failed to fetch")
-            return await self._reconcile_existing_pod(sandbox, live, name_hash)
+            return await self._reconcile_existing_pod(sandbox, live, name_hash, deferral=deferral)
         except Exception as exc:
             return None, wrap(exc)
         log.info("created pod %s/%s", namespace, name)
@@ -794,7 +853,7 @@ class SandboxReconciler:
         if not errors:
             conditions = sandbox.get("status", {}).get("conditions") or []
             sandbox["status"] = {"conditions": conditions}
-            set_status_condition(conditions, expired_condition(sandbox), now=now)
+            set_expired(conditions, sandbox, now=now)
         return False, errors
 
     async def _delete(self, resource: Resource, obj: Obj, prefix: str) -> ChildError | None:

@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.goduration import format_go_duration
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime.controller import Controller
 from kube_agent_sandbox.controller.runtime.types import Obj
@@ -19,6 +20,7 @@ from kube_agent_sandbox.controller.sandbox.metrics import register_collector
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
+from kube_agent_sandbox.controller.sandbox.writebehind import POD_PATCH_BOUND
 from kube_agent_sandbox.controller.tracing import tracer_for
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "sandbox"
-EVENT_REPORTER: Final = "sandbox-controller"
+EVENT_REPORTER: Final = c.EVENT_REPORTER_SANDBOX_CONTROLLER
 
 _ALL_VERBS: Final = ("get", "list", "watch", "create", "update", "patch", "delete")
 
@@ -87,7 +89,7 @@ def setup(
     Args:
         manager: The process manager (informers, controllers, metrics registry, events).
         options: Parsed flags; uses ``cluster_domain``, ``sandbox_concurrent_workers``,
-            ``cache_label_selectors`` and ``enable_tracing``.
+            ``cache_label_selectors``, ``enable_tracing`` and ``sandbox_write_behind_window``.
         namespace: Watch only this namespace (tests sharing a cluster); all when None.
 
     Returns:
@@ -111,7 +113,16 @@ def setup(
         recorder=manager.event_recorder(EVENT_REPORTER),
         cluster_domain=options.cluster_domain,
         tracer=tracer_for(enabled=options.enable_tracing),
+        write_behind_window=options.sandbox_write_behind_window,
     )
+    if options.sandbox_write_behind_window > 0:
+        log.info(
+            "Sandbox controller write deferral enabled (--sandbox-write-behind-window)",
+            extra={
+                "window": format_go_duration(options.sandbox_write_behind_window),
+                "podPatchBound": format_go_duration(POD_PATCH_BOUND),
+            },
+        )
     manager.add_controller(
         Controller(
             CONTROLLER_NAME,
