@@ -208,7 +208,11 @@ class TestTemplateController:
         assert again["metadata"]["resourceVersion"] == version
 
         # Empty egress denies all egress: the server stores it as absent.
-        await env.patch(SANDBOX_TEMPLATES, "custom", {"spec": {"networkPolicy": {"egress": []}}})
+        await env.patch(
+            SANDBOX_TEMPLATES,
+            "custom",
+            {"spec": {"networkPolicy": {"ingress": None, "egress": []}}},
+        )
         denied = await env.until_policy(
             "custom-network-policy",
             lambda p: "ingress" not in p["spec"] and not p["spec"].get("egress"),
