@@ -8,6 +8,7 @@ writes nothing).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -539,3 +540,37 @@ async def test_cached_objects_are_not_mutated(env: Env) -> None:
     with pytest.raises(TemplateReconcileError):
         await reconciler.reconcile(Request(NS, "tpl"))
     assert (store(SANDBOX_TEMPLATES), store(NETWORK_POLICIES)) == before
+
+
+async def test_reconcile_runs_in_a_reconcile_sandbox_template_span(env: Env) -> None:
+    spans: list[tuple[str, dict[str, str]]] = []
+
+    class RecordingTracer:
+        def object_span(self, name: str, obj: Obj, attributes: Any) -> Any:
+            spans.append((name, dict(attributes(obj))))
+            return contextlib.nullcontext()
+
+        def span(self, name: str) -> Any:
+            return contextlib.nullcontext()
+
+        def add_event(self, name: str, obj: Obj, attributes: Any) -> None:
+            return None
+
+        def trace_context(self) -> str:
+            return ""
+
+    env.add_template()
+    reconciler = TemplateReconciler(
+        env.api,
+        templates=env.api.reader(SANDBOX_TEMPLATES),
+        network_policies=env.api.reader(NETWORK_POLICIES),
+        tracer=RecordingTracer(),
+    )
+    await reconciler.reconcile(Request(NS, "tpl"))
+    await reconciler.reconcile(Request(NS, "missing"))  # no template: no span
+    assert spans == [
+        (
+            "ReconcileSandboxTemplate",
+            {"sandboxtemplate.name": "tpl", "sandboxtemplate.namespace": NS},
+        )
+    ]
