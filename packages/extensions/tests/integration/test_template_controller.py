@@ -19,6 +19,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
+from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
 
@@ -76,6 +77,18 @@ class Env:
 
     client: ApiClient
     namespace: str
+    manager: Manager
+
+    def controller_puts(self) -> float:
+        """PUT requests the controller process has sent (the template controller's Updates)."""
+        total = 0.0
+        for metric in self.manager.registry.collect():
+            for sample in metric.samples:
+                if sample.name == "rest_client_requests_total" and (
+                    sample.labels.get("method") == "PUT"
+                ):
+                    total += sample.value
+        return total
 
     async def create_template(self, name: str, **spec: Any) -> Obj:
         body = {
@@ -148,7 +161,7 @@ class Env:
 @pytest.fixture
 async def env(cluster: Any, namespace: str, extensions_controller: list[Any]) -> AsyncIterator[Env]:
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield Env(client, namespace)
+        yield Env(client, namespace, extensions_controller[0])
 
 
 def _owner_refs(policy: Obj) -> list[Obj]:
@@ -197,8 +210,10 @@ class TestTemplateController:
                 }
             ],
         }
-        # Another reconcile of the unchanged template writes nothing.
+        # Another reconcile of the unchanged template writes nothing. (The server would turn
+        # a needless Update into a no-op, so count the controller's PUTs, not versions.)
         version = policy["metadata"]["resourceVersion"]
+        puts = env.controller_puts()
         await env.patch(SANDBOX_TEMPLATES, "custom", {"metadata": {"annotations": {"poke": "1"}}})
         # the Unmanaged marker template proves the controller has processed events since
         await env.create_template("marker", networkPolicyManagement="Unmanaged")
@@ -206,6 +221,7 @@ class TestTemplateController:
         again = await env.get(NETWORK_POLICIES, "custom-network-policy")
         assert again is not None
         assert again["metadata"]["resourceVersion"] == version
+        assert env.controller_puts() == puts
 
         # Empty egress denies all egress: the server stores it as absent.
         await env.patch(

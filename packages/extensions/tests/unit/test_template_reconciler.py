@@ -445,7 +445,6 @@ async def test_template_deleted_before_the_label_patch(env: Env) -> None:
     ("verb", "error"),
     [
         ("create", ApiError(500, "InternalError", "etcd timeout")),
-        ("create", ApiError(409, "AlreadyExists", 'networkpolicies "x" already exists')),
         ("create", ConnectionResetError("reset")),
         ("patch", ApiError(429, "TooManyRequests", "slow down")),
     ],
@@ -574,3 +573,15 @@ async def test_reconcile_runs_in_a_reconcile_sandbox_template_span(env: Env) -> 
             {"sandboxtemplate.name": "tpl", "sandboxtemplate.namespace": NS},
         )
     ]
+
+
+async def test_already_exists_on_create_waits_for_the_cache(env: Env) -> None:
+    """The cache lags behind a policy that exists: its ADDED event brings the template back."""
+    env.add_template()
+    env.api.fail(
+        "create", "networkpolicies", ApiError(409, "AlreadyExists", 'networkpolicies "x" exists')
+    )
+    assert await env.reconcile() == Result()
+    assert env.recorder.events == []
+    assert await env.reconcile() == Result()
+    assert env.policy() is not None

@@ -8,7 +8,7 @@ asks for. ``Unmanaged``: a policy this template controls is deleted. A policy of
 the template does not control is never touched.
 
 Reads come from informer caches, writes go to the API server. Like the Sandbox reconciler,
-errors are sorted: transient ones (conflicts, server errors, a cache that lags) raise, so the
+errors are sorted: transient ones (conflicts, server and network errors) raise, so the
 queue retries with backoff; ones only a user can fix (a foreign policy in the way, a policy the
 API server rejects, a name that is too long) are logged, reported once as a Warning event on
 the template and re-checked every minute. Upstream retries both kinds with backoff and emits
@@ -240,7 +240,14 @@ class TemplateReconciler:
         body = desired_network_policy(template, owner_ref=owner)
         try:
             await self._client.create(NETWORK_POLICIES, namespace, body)
+        except ApiError as exc:
+            if exc.already_exists:
+                # The cache has not seen the policy yet (typically ours, created one pass
+                # earlier). Its ADDED event reconciles the template again, whoever owns it:
+                # through the owner watch, or the watch on same-name foreign policies.
+                log.debug("NetworkPolicy %s/%s not in the cache yet", namespace, policy_name)
+                return
+            raise wrap(exc, f"failed to create NetworkPolicy {quote(policy_name)}") from exc
         except Exception as exc:
-            # AlreadyExists means the cache has not seen the policy yet: transient, retried.
             raise wrap(exc, f"failed to create NetworkPolicy {quote(policy_name)}") from exc
         log.info("created NetworkPolicy %s/%s", namespace, policy_name)
