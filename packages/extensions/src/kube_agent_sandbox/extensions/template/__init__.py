@@ -1,0 +1,1 @@
+"""The SandboxTemplate controller: the template-ref-hash label and the template's NetworkPolicy."""
