@@ -507,3 +507,43 @@ async def test_replenish_delay_holds_replacements_after_a_drop() -> None:
     world.clock.advance(6)
     await world.reconcile()
     assert world.creates() == 3
+
+
+# -- bad or unusual input ----------------------------------------------------------------------
+
+
+async def test_a_pool_being_deleted_is_left_alone_and_forgotten() -> None:
+    world = World(replicas=2)
+    await world.reconcile()
+    world.api.mutate(
+        SANDBOX_WARM_POOLS,
+        POOL,
+        lambda p: p["metadata"].update(deletionTimestamp=stamp(world.clock.now())),
+    )
+    world.api.clear_calls()
+    result = await world.reconcile()
+    assert world.api.writes() == []
+    assert result.requeue_after is None
+    assert len(world.reconciler.expectations) == 0
+
+
+async def test_a_member_with_a_malformed_creation_time_is_not_judged_stuck() -> None:
+    world = World(replicas=1, settings=WarmPoolSettings(readiness_grace=1))
+    world.add_member("odd", ready=False)
+    world.api.mutate(
+        SANDBOXES, "odd", lambda sb: sb["metadata"].update(creationTimestamp="yesterday")
+    )
+    world.sandboxes.sync()
+    world.clock.advance(3600)
+    await world.reconcile()
+    assert world.deletes() == []
+    assert world.status()["replicas"] == 1
+
+
+async def test_a_status_write_failure_is_an_error_of_the_pass() -> None:
+    world = World(replicas=0)
+    world.api.fail("patch", "sandboxwarmpools/status", ApiError(500, "InternalError", "etcd"))
+    with pytest.raises(ApiError, match="etcd"):
+        await world.reconcile()
+    await world.reconcile()
+    assert world.status()["selector"]

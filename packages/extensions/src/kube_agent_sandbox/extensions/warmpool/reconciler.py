@@ -37,6 +37,7 @@ from kube_agent_sandbox.extensions.common.ownership import controller_ref_to, is
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
 from kube_agent_sandbox.extensions.warmpool.blueprint import (
+    TemplateHashes,
     build_member,
     hashes_of,
     pool_selector,
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 
 EXPECTATIONS_REQUEUE: Final = 30.0
 """Seconds before re-checking a pool whose earlier writes are not yet in the cache."""
+_HASH_MEMO_LIMIT: Final = 1024
 DEFAULT_MAX_BATCH: Final = 300
 DEFAULT_GRACE: Final = 300.0
 DEFAULT_RECHECK: Final = 60.0
@@ -225,6 +227,20 @@ class WarmPoolReconciler:
         self._now = now
         self._jitter = jitter
         self._state: dict[Request, _PoolState] = {}
+        self._hashes: dict[tuple[str, str], TemplateHashes] = {}
+
+    def _hashes_of(self, template: Obj) -> TemplateHashes:
+        """The template's hashes, computed once per template version (uid, resourceVersion)."""
+        m = meta(template)
+        version = (str(m.get("uid") or ""), str(m.get("resourceVersion") or ""))
+        if not all(version):
+            return hashes_of(template)
+        found = self._hashes.get(version)
+        if found is None:
+            if len(self._hashes) >= _HASH_MEMO_LIMIT:
+                self._hashes.clear()
+            found = self._hashes[version] = hashes_of(template)
+        return found
 
     # -- Sandbox events (called by the informer before the pool is queued) ------------------
     def observe_added(self, sandbox: Obj) -> Request | None:
@@ -302,7 +318,7 @@ class WarmPoolReconciler:
         staleness: StalenessCheck | None = None
         if run.template is not None:
             staleness = StalenessCheck(
-                run.template, template_name_of(run.pool), hashes_of(run.template).blueprint
+                run.template, template_name_of(run.pool), self._hashes_of(run.template).blueprint
             )
         recreate = update_strategy(run.pool) == RECREATE
         stale: list[tuple[Obj, bool]] = []
@@ -447,7 +463,7 @@ class WarmPoolReconciler:
         body = build_member(
             run.pool,
             run.template,
-            hashes=hashes_of(run.template),
+            hashes=self._hashes_of(run.template),
             enable_eviction=self.settings.enable_eviction,
         )
 
