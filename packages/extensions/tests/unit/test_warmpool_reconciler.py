@@ -77,7 +77,7 @@ async def test_failed_creates_lower_the_expectations_and_skip_the_status() -> No
     world.api.fail("create", "sandboxes", ApiError(403, "Forbidden", "quota"))
     with pytest.raises(WarmPoolReconcileError, match="quota"):
         await world.reconcile()
-    assert world.creates() == 1  # the first batch (1) failed: nothing more tried
+    assert world.create_calls() == 1  # the first batch (1) failed: nothing more tried
     assert world.reconciler.expectations.satisfied(world.key)
     assert world.status() == {}
     await world.reconcile()
@@ -100,7 +100,7 @@ async def test_members_are_created_in_slow_start_batches() -> None:
 
     world.reconciler.client.create = create  # type: ignore[method-assign]
     await world.reconcile()
-    assert world.creates() == 10
+    assert len(world.members()) == 10
     assert max(peaks) == 4  # batches 1, 2, 4, then the remaining 3
 
 
@@ -547,3 +547,22 @@ async def test_a_status_write_failure_is_an_error_of_the_pass() -> None:
         await world.reconcile()
     await world.reconcile()
     assert world.status()["selector"]
+
+
+async def test_a_generated_name_collision_is_retried() -> None:
+    world = World(replicas=2)
+    world.api.fail("create", "sandboxes", ApiError(409, "AlreadyExists", "taken"))
+    await world.reconcile()
+    assert world.create_calls() == 3
+    assert world.creates() == 2
+    assert len(world.members()) == 2
+
+
+async def test_repeated_name_collisions_fail_the_create() -> None:
+    world = World(replicas=1)
+    taken = [ApiError(409, "AlreadyExists", "taken") for _ in range(3)]
+    world.api.fail("create", "sandboxes", *taken)
+    with pytest.raises(WarmPoolReconcileError, match="taken"):
+        await world.reconcile()
+    assert world.members() == []
+    assert world.reconciler.expectations.satisfied(world.key)

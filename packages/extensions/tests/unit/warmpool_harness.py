@@ -91,16 +91,22 @@ class Recorder:
         self.events.append(Event(reason, type_, action, note))
 
 
-class SlowApi:
-    """Delegates to a FakeApi, yielding to the loop before each create (a network round trip)."""
+class CountingApi:
+    """Delegates to a FakeApi, counting successful creates (a generated-name collision in
+    the fake is a failed attempt, retried, not an extra Sandbox); optionally yields to the
+    loop before each create, as a network round trip would."""
 
-    def __init__(self, api: FakeApi, *, delay: float = 0.0) -> None:
+    def __init__(self, api: FakeApi, *, delay: float | None = None) -> None:
         self._api = api
         self._delay = delay
+        self.created = 0
 
     async def create(self, *args: Any, **kwargs: Any) -> Obj:
-        await asyncio.sleep(self._delay)
-        return await self._api.create(*args, **kwargs)
+        if self._delay is not None:
+            await asyncio.sleep(self._delay)
+        obj = await self._api.create(*args, **kwargs)
+        self.created += 1
+        return obj
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._api, name)
@@ -162,8 +168,9 @@ class World:
         self.sandboxes = SnapshotReader(self.api)
         self.recorder = Recorder()
         self.jitter = 0.0
+        self.client = CountingApi(self.api, delay=0.0 if slow else None)
         self.reconciler = WarmPoolReconciler(
-            SlowApi(self.api) if slow else self.api,  # type: ignore[arg-type]
+            self.client,  # type: ignore[arg-type]
             pools=self.api.reader(SANDBOX_WARM_POOLS),
             sandboxes=self.sandboxes,
             templates=self.api.reader(SANDBOX_TEMPLATES),
@@ -180,6 +187,10 @@ class World:
         return await self.reconciler.reconcile(self.key)
 
     def creates(self) -> int:
+        """Sandboxes the reconciler created (successful create requests)."""
+        return self.client.created
+
+    def create_calls(self) -> int:
         return sum(1 for call in self.api.writes(SANDBOXES) if call.verb == "create")
 
     def deletes(self) -> list[str]:

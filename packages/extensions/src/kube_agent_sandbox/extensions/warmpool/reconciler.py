@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 EXPECTATIONS_REQUEUE: Final = 30.0
 """Seconds before re-checking a pool whose earlier writes are not yet in the cache."""
 _HASH_MEMO_LIMIT: Final = 1024
+GENERATE_NAME_ATTEMPTS: Final = 3
+"""Tries of a create whose generated name collides (AlreadyExists) before it counts as failed."""
 DEFAULT_MAX_BATCH: Final = 300
 DEFAULT_GRACE: Final = 300.0
 DEFAULT_RECHECK: Final = 60.0
@@ -468,7 +470,14 @@ class WarmPoolReconciler:
         )
 
         async def create(_: int) -> None:
-            await self.client.create(SANDBOXES, run.namespace, body)
+            for attempt in range(GENERATE_NAME_ATTEMPTS):
+                try:
+                    await self.client.create(SANDBOXES, run.namespace, body)
+                    return
+                except ApiError as exc:
+                    # a generated name collided with an existing one: draw another
+                    if not exc.already_exists or attempt + 1 == GENERATE_NAME_ATTEMPTS:
+                        raise
 
         created, errors = await slow_start(range(granted), create)
         for _ in range(granted - created):
