@@ -18,6 +18,7 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
@@ -38,6 +39,7 @@ HPAS = Resource(
     plural="horizontalpodautoscalers",
     kind="HorizontalPodAutoscaler",
 )
+EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
 POOL_RESOURCE = f"{SANDBOX_WARM_POOLS.plural}.{SANDBOX_WARM_POOLS.group}"
 
 
@@ -304,3 +306,67 @@ def scale_path(namespace: str, name: str) -> str:
         f"/apis/{SANDBOX_WARM_POOLS.group}/{SANDBOX_WARM_POOLS.version}/namespaces/{namespace}/"
         f"{SANDBOX_WARM_POOLS.plural}/{name}/scale"
     )
+
+
+async def pool_events(env: Env, pool: str) -> list[tuple[str, str, str, str]]:
+    listed = await env.client.list(EVENTS, env.namespace)
+    return [
+        (e.get("type", ""), e.get("reason", ""), e.get("action", ""), e.get("note", ""))
+        for e in sorted(listed.get("items", []), key=lambda e: e["metadata"]["creationTimestamp"])
+        if (e.get("regarding") or {}).get("kind") == "SandboxWarmPool"
+        and (e.get("regarding") or {}).get("name") == pool
+        and e.get("reportingController") == "sandboxwarmpool-controller"
+    ]
+
+
+class TestUnschedulableMembers:
+    extensions: ClassVar[tuple[str, ...]] = ("warmpool",)
+    controller_options: ClassVar[ControllerOptions] = ControllerOptions(
+        extensions=True,
+        sandbox_warm_pool_readiness_grace_period=2.0,
+        sandbox_warm_pool_unschedulable_recheck_interval=1.0,
+    )
+
+    async def test_unschedulable_members_are_held_and_reported(self, env: Env) -> None:
+        nowhere = template_body("tpl")
+        nowhere["spec"]["podTemplate"]["spec"]["nodeSelector"] = {"warmpool-test": "nowhere"}
+        await env.create(SANDBOX_TEMPLATES, nowhere)
+        await env.create(SANDBOX_WARM_POOLS, pool_body("pool", template="tpl", replicas=1))
+        (held,) = await env.until_members("pool", 1, ready=False)
+        name = held["metadata"]["name"]
+
+        async def warned() -> list[tuple[str, str, str, str]] | None:
+            found = await pool_events(env, "pool")
+            return found or None
+
+        events = await env.until(warned, "a WarmPoolNotProgressing event")
+        assert events[0] == (
+            "Warning",
+            "WarmPoolNotProgressing",
+            "Reconciling",
+            "1/1 sandboxes are unschedulable past the 2s readiness grace period; holding them "
+            "instead of replacing (replacements would be equally unschedulable)",
+        )
+        await asyncio.sleep(5)  # several grace periods and re-checks: still held, not churned
+        (still,) = await env.members("pool")
+        assert still["metadata"]["name"] == name
+        assert len(await pool_events(env, "pool")) == 1  # emitted once, on the transition
+
+        # capacity "frees up": the template becomes schedulable and the held member goes
+        await env.patch(
+            SANDBOX_TEMPLATES, "tpl", {"spec": {"podTemplate": {"spec": {"nodeSelector": None}}}}
+        )
+        await env.client.delete(SANDBOXES, env.namespace, name)
+        await env.until_members("pool", 1, check=lambda sb: sb["metadata"]["name"] != name)
+
+        async def recovered() -> list[tuple[str, str, str, str]] | None:
+            found = await pool_events(env, "pool")
+            return found if len(found) >= 2 else None
+
+        events = await env.until(recovered, "a WarmPoolProgressing event")
+        assert events[1] == (
+            "Normal",
+            "WarmPoolProgressing",
+            "Reconciling",
+            "Warm pool is progressing again",
+        )
