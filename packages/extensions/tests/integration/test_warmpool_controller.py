@@ -191,6 +191,14 @@ class TestWarmPool:
             assert pod_spec["dnsPolicy"] == "None"
         selector = f"{c.LABEL_WARM_POOL_SANDBOX}={name_hash('pool')}"
         await env.until_status("pool", replicas=3, readyReplicas=3, selector=selector)
+        # converged: no further writes (a status patch that changes nothing is never sent)
+        settled = await env.get(SANDBOX_WARM_POOLS, "pool")
+        await asyncio.sleep(3)
+        again = await env.get(SANDBOX_WARM_POOLS, "pool")
+        assert settled is not None
+        assert again is not None
+        assert again["metadata"]["resourceVersion"] == settled["metadata"]["resourceVersion"]
+        assert len(await env.members("pool")) == 3
 
         await env.patch(SANDBOX_WARM_POOLS, "pool", {"spec": {"replicas": 0}})
         await env.until_members("pool", 0)

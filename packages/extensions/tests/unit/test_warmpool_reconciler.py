@@ -566,3 +566,15 @@ async def test_repeated_name_collisions_fail_the_create() -> None:
         await world.reconcile()
     assert world.members() == []
     assert world.reconciler.expectations.satisfied(world.key)
+
+
+async def test_an_unknown_update_strategy_reads_as_on_replenish(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World(replicas=1, strategy="Sometimes")
+    world.add_member("a")
+    world.set_template(template_obj(image="busybox:2"))
+    with caplog.at_level("INFO"):
+        await world.reconcile()
+    assert world.deletes() == []
+    assert "unknown warm pool update strategy" in caplog.text

@@ -32,7 +32,11 @@ from kube_agent_sandbox.controller.runtime.types import (
     Request,
     Result,
 )
-from kube_agent_sandbox.extensions.common.blueprint import RECREATE, update_strategy
+from kube_agent_sandbox.extensions.common.blueprint import (
+    ON_REPLENISH,
+    RECREATE,
+    update_strategy,
+)
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to, is_extension_ref
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
@@ -68,6 +72,7 @@ log = logging.getLogger(__name__)
 EXPECTATIONS_REQUEUE: Final = 30.0
 """Seconds before re-checking a pool whose earlier writes are not yet in the cache."""
 _HASH_MEMO_LIMIT: Final = 1024
+_KNOWN_STRATEGIES: Final = frozenset({RECREATE, ON_REPLENISH})
 GENERATE_NAME_ATTEMPTS: Final = 3
 """Tries of a create whose generated name collides (AlreadyExists) before it counts as failed."""
 DEFAULT_MAX_BATCH: Final = 300
@@ -323,6 +328,12 @@ class WarmPoolReconciler:
                 run.template, template_name_of(run.pool), self._hashes_of(run.template).blueprint
             )
         recreate = update_strategy(run.pool) == RECREATE
+        asked = ((run.pool.get("spec") or {}).get("updateStrategy") or {}).get("type")
+        if asked and asked not in _KNOWN_STRATEGIES:
+            log.info(
+                "unknown warm pool update strategy, using OnReplenish",
+                extra={"pool": str(run.key), "updateStrategy": asked},
+            )
         stale: list[tuple[Obj, bool]] = []
         fixes: list[tuple[Obj, bool]] = []
         for sb in listed:
