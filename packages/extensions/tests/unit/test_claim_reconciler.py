@@ -625,3 +625,41 @@ async def test_env_claims_skip_warm_candidates() -> None:
         {"name": "A", "value": "b"}
     ]
     assert w.queue.size(NS, "pool") == 1
+
+
+async def test_metrics_recorded_once_at_first_ready() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kube_agent_sandbox.extensions.claim.metrics import ClaimMetrics
+
+    registry = CollectorRegistry()
+    w = World(persist=False)
+    w.reconciler._metrics = ClaimMetrics(registry)
+    w.member("pool-a")
+    w.claim()
+    w.api.mutate(
+        SANDBOX_CLAIMS,
+        "claim",
+        lambda o: (
+            o["metadata"]
+            .setdefault("annotations", {})
+            .update({c.ANNOTATION_CLIENT_FIRST_REQUESTED_AT: "2026-08-01T11:59:58Z"})
+        ),
+    )
+    await w.reconcile()
+    await w.reconcile()
+    labels = {"launch_type": "warm", "sandbox_template": "tmpl"}
+    get = registry.get_sample_value
+    assert get("agent_sandbox_client_claim_startup_latency_ms_count", labels) == 1.0
+    assert get("agent_sandbox_client_claim_startup_latency_ms_sum", labels) == 2000.0
+    # not persisted, yet measured from the time kept in memory
+    assert get("agent_sandbox_claim_controller_startup_latency_ms_count", labels) == 1.0
+    creation = {
+        "namespace": NS,
+        "sandbox_template": "tmpl",
+        "launch_type": "warm",
+        "warmpool_name": "pool",
+        "pod_condition": "ready",
+        "created_by": "unknown",
+    }
+    assert get("agent_sandbox_claim_creation_total", creation) == 1.0

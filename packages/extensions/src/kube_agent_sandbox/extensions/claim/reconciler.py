@@ -798,8 +798,16 @@ class ClaimReconciler:
                 raise ReconcilerError(f"failed to stamp first-ready annotation: {exc}") from exc
 
     def _observe(self, claim: Obj, sandbox: Obj | None) -> None:
-        if self._metrics is not None:
-            self._metrics.observe_first_ready(claim, sandbox=sandbox, now=self._clock())
+        if self._metrics is None:
+            return
+        annotations = _annotations(claim)
+        if not annotations.get(c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT):
+            # not persisted (--disable-claim-observability-annotations): the time in memory
+            annotations[c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT] = rfc3339nano(
+                self.observed.record(claim)
+            )
+            claim = {**claim, "metadata": {**meta(claim), "annotations": annotations}}
+        self._metrics.observe_first_ready(claim, sandbox=sandbox, now=self._clock())
 
     # --- side work -------------------------------------------------------------------------
 
