@@ -663,3 +663,41 @@ async def test_metrics_recorded_once_at_first_ready() -> None:
         "created_by": "unknown",
     }
     assert get("agent_sandbox_claim_creation_total", creation) == 1.0
+
+
+def _recreate(w: World) -> None:
+    w.api.mutate(
+        SANDBOX_WARM_POOLS, "pool", lambda o: o["spec"].update(updateStrategy={"type": "Recreate"})
+    )
+
+
+async def test_recreate_accepts_go_hashed_member_whose_spec_matches() -> None:
+    w = World()
+    _recreate(w)
+    member = w.member("pool-go")
+    w.api.mutate(
+        SANDBOXES,
+        "pool-go",
+        lambda o: o["spec"]["podTemplate"]["spec"].update(
+            automountServiceAccountToken=False,
+            dnsPolicy="None",
+            dnsConfig={"nameservers": ["8.8.8.8", "1.1.1.1"]},
+        ),
+    )
+    assert member["metadata"]["labels"][c.LABEL_SANDBOX_TEMPLATE_HASH] == "gohash"
+    w.claim()
+    await w.reconcile()
+    assert w.get(SANDBOX_CLAIMS, "claim")["status"]["sandbox"]["name"] == "pool-go"
+
+
+async def test_recreate_refuses_stale_member() -> None:
+    w = World()
+    _recreate(w)
+    w.member("pool-stale")  # no secure defaults: not what the template makes today
+    w.claim()
+    await w.reconcile()
+    assert w.get(SANDBOX_CLAIMS, "claim")["status"]["sandbox"]["name"] == "claim"
+    assert w.queue.size(NS, "pool") == 0  # dropped: the pool replaces it
+    assert w.get(SANDBOXES, "pool-stale")["metadata"]["ownerReferences"][0]["kind"] == (
+        "SandboxWarmPool"
+    )

@@ -464,6 +464,7 @@ class ClaimReconciler:
                 await self._clear_assignment(work, legacy=legacy)
             elif controlled_by_kind(sandbox, kind=c.KIND_SANDBOX_WARM_POOL) is not None:
                 if adoptable_pool(sandbox) == _pool_name(claim):
+                    self.queue.remove(namespace, _pool_name(claim), assignment)
                     return await self._complete_adoption(work, sandbox, key=None)
                 await self._clear_assignment(work, legacy=legacy)
             elif controlled_by_kind(sandbox, kind=c.KIND_SANDBOX_CLAIM) is not None:
