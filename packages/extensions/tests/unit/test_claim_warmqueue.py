@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -269,6 +270,31 @@ def test_queue_matches_upstream_model_and_never_duplicates_or_loses(
         expected_drain.append(item)
     assert drained == expected_drain
     assert len({name for name, _ in drained}) == len(drained)
+
+
+def test_long_random_run_matches_the_model_and_bounds_the_node_ranking() -> None:
+    rng = random.Random(7)
+    queue = WarmQueue()
+    model = _Model()
+    nodes = ["", *(f"n{i}" for i in range(30))]
+    for _ in range(20000):
+        roll = rng.random()
+        name = f"s{rng.randrange(300)}"
+        if roll < 0.55:
+            node = rng.choice(nodes)
+            queue.push(NS, POOL, name, node)
+            model.push(name, node)
+        elif roll < 0.7:
+            queue.remove(NS, POOL, name)
+            model.remove(name)
+        else:
+            key = queue.pop(NS, POOL)
+            assert (None if key is None else (key.name, key.node_name)) == model.pop()
+        pool_queue = queue._queues.get((NS, POOL))
+        if pool_queue is not None:
+            assert pool_queue.level_entries <= 4 * len(pool_queue.buckets) + 17
+            assert sum(len(h) for h in pool_queue.levels.values()) == pool_queue.level_entries
+    assert _drain(queue) == [name for name, _ in iter(model.pop, None)]
 
 
 # --- adoptability and the feeder ----------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Claims pick warm Sandboxes from here instead of listing the pool's Sandboxes on every pass.
 It sits on the hot path (hundreds of claims per second against pools of thousands), so a pick
-never scans the keys: each pool keeps one heap per node, ordered by queue position, plus a live
-count per node. ``pop`` then costs one pass over the nodes (not the keys) plus a heap pop.
+never scans the keys nor the nodes: each pool keeps one heap per node, ordered by queue
+position, and ranks the nodes by key count and head position in lazily cleaned heaps, so
+every operation costs O(log n) amortized.
 
 Upstream's pick is "NodeSpread": when any queued Sandbox is scheduled, take one from the node
 with the most queued Sandboxes (ties go to the key queued earliest), else the FIFO head. Entries
@@ -61,10 +62,121 @@ class _NodeBucket:
     live: int = 0
 
 
-@dataclass(slots=True)
 class _PoolQueue:
-    entries: dict[str, _Entry]
-    buckets: dict[str, _NodeBucket]
+    """One pool's keys: per-node heaps in queue order, and the nodes ranked for NodeSpread.
+
+    ``levels[n]`` is a heap of ``(head seq, node)`` for scheduled nodes that held ``n`` keys
+    when the entry was pushed; an entry is current while the node still has ``n`` keys and
+    that head. Every change of a node pushes its new state, stale entries are skipped when
+    they surface, and the whole ranking is rebuilt once stale entries dominate. So the pick
+    (the earliest head among the nodes with the most keys) costs O(log n) amortized.
+    """
+
+    __slots__ = ("buckets", "entries", "level_entries", "levels", "max_level")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, _Entry] = {}
+        self.buckets: dict[str, _NodeBucket] = {}
+        self.levels: dict[int, list[tuple[int, str]]] = {}
+        self.level_entries = 0
+        self.max_level = 0
+
+    def add(self, name: str, seq: int, node: str) -> None:
+        entry = _Entry(seq=seq, node=node)
+        self.entries[name] = entry
+        self._enter(name, entry)
+
+    def move(self, name: str, node: str) -> None:
+        entry = self.entries[name]
+        old = entry.node
+        entry.node = node  # first, so the old bucket already sees this key as gone
+        self._leave(old)
+        self._enter(name, entry)
+
+    def discard(self, name: str) -> bool:
+        entry = self.entries.pop(name, None)
+        if entry is None:
+            return False
+        self._leave(entry.node)
+        return True
+
+    def pick(self) -> tuple[str, str] | None:
+        """The NodeSpread choice as ``(name, node)``, without removing it."""
+        while self.max_level > 0:
+            heap = self.levels.get(self.max_level)
+            while heap:
+                head_seq, node = heap[0]
+                bucket = self.buckets.get(node)
+                if bucket is not None and bucket.live == self.max_level:
+                    seq, name = self._head(node, bucket)
+                    if seq == head_seq:
+                        return name, node
+                heapq.heappop(heap)
+                self.level_entries -= 1
+            self.levels.pop(self.max_level, None)
+            self.max_level -= 1
+        unscheduled = self.buckets.get(_UNSCHEDULED)
+        if unscheduled is None:
+            return None
+        return self._head(_UNSCHEDULED, unscheduled)[1], _UNSCHEDULED
+
+    def _enter(self, name: str, entry: _Entry) -> None:
+        node = entry.node
+        bucket = self.buckets.get(node)
+        if bucket is None:
+            bucket = _NodeBucket(heap=[])
+            self.buckets[node] = bucket
+        heapq.heappush(bucket.heap, (entry.seq, name))
+        bucket.live += 1
+        if node != _UNSCHEDULED:
+            self._rank(node, bucket)
+
+    def _leave(self, node: str) -> None:
+        bucket = self.buckets[node]
+        bucket.live -= 1
+        if bucket.live == 0:
+            del self.buckets[node]
+            return
+        if len(bucket.heap) > 2 * bucket.live + _COMPACT_SLACK:
+            entries = self.entries
+            bucket.heap = sorted(
+                {(seq, name) for seq, name in bucket.heap if _is_live(entries.get(name), seq, node)}
+            )
+        if node != _UNSCHEDULED:
+            self._rank(node, bucket)
+
+    def _rank(self, node: str, bucket: _NodeBucket) -> None:
+        level = bucket.live
+        heapq.heappush(self.levels.setdefault(level, []), (self._head(node, bucket)[0], node))
+        self.level_entries += 1
+        if level > self.max_level:
+            self.max_level = level
+        if self.level_entries > 4 * len(self.buckets) + _COMPACT_SLACK:
+            self._rerank()
+
+    def _rerank(self) -> None:
+        levels: dict[int, list[tuple[int, str]]] = {}
+        for node, bucket in self.buckets.items():
+            if node != _UNSCHEDULED:
+                levels.setdefault(bucket.live, []).append((self._head(node, bucket)[0], node))
+        for heap in levels.values():
+            heapq.heapify(heap)
+        self.levels = levels
+        self.level_entries = sum(len(heap) for heap in levels.values())
+        self.max_level = max(levels, default=0)
+
+    def _head(self, node: str, bucket: _NodeBucket) -> tuple[int, str]:
+        heap = bucket.heap
+        entries = self.entries
+        while True:
+            seq, name = heap[0]
+            if _is_live(entries.get(name), seq, node):
+                return seq, name
+            heapq.heappop(heap)
+
+
+def _is_live(entry: _Entry | None, seq: int, node: str) -> bool:
+    return entry is not None and entry.seq == seq and entry.node == node
 
 
 class WarmQueue:
@@ -92,18 +204,13 @@ class WarmQueue:
         """
         queue = self._queues.get((namespace, pool))
         if queue is None:
-            queue = _PoolQueue(entries={}, buckets={})
+            queue = _PoolQueue()
             self._queues[(namespace, pool)] = queue
         entry = queue.entries.get(name)
         if entry is None:
-            entry = _Entry(seq=next(self._seq), node=node_name)
-            queue.entries[name] = entry
-            self._enter_bucket(queue, name, entry)
-            return
-        if entry.node != node_name:
-            self._leave_bucket(queue, entry)
-            entry.node = node_name
-            self._enter_bucket(queue, name, entry)
+            queue.add(name, next(self._seq), node_name)
+        elif entry.node != node_name:
+            queue.move(name, node_name)
 
     def push_back(self, namespace: str, pool: str, key: WarmKey) -> None:
         """Return a popped key to the queue (at the tail), with its possibly updated node name.
@@ -120,9 +227,8 @@ class WarmQueue:
     def remove(self, namespace: str, pool: str, name: str) -> None:
         """Forget a queued Sandbox (no-op when absent)."""
         queue = self._queues.get((namespace, pool))
-        if queue is None:
-            return
-        self._discard(namespace, pool, queue, name)
+        if queue is not None and queue.discard(name) and not queue.entries:
+            del self._queues[(namespace, pool)]
 
     def drop_pool(self, namespace: str, pool: str) -> None:
         """Forget a pool's whole queue (its SandboxWarmPool was deleted)."""
@@ -138,23 +244,12 @@ class WarmQueue:
         queue = self._queues.get((namespace, pool))
         if queue is None:
             return None
-        best_node: str | None = None
-        best_live = 0
-        best_head = (0, "")
-        for node, bucket in queue.buckets.items():
-            if node == _UNSCHEDULED or bucket.live < best_live:
-                continue
-            head = self._head(queue, node, bucket)
-            if bucket.live > best_live or head < best_head:
-                best_node, best_live, best_head = node, bucket.live, head
-        if best_node is None:
-            unscheduled = queue.buckets.get(_UNSCHEDULED)
-            if unscheduled is None:
-                return None
-            best_node, best_head = _UNSCHEDULED, self._head(queue, _UNSCHEDULED, unscheduled)
-        name = best_head[1]
-        self._discard(namespace, pool, queue, name)
-        return WarmKey(namespace, name, best_node)
+        picked = queue.pick()
+        if picked is None:  # pragma: no cover - a queue with entries always has a pick
+            return None
+        name, node = picked
+        self.remove(namespace, pool, name)
+        return WarmKey(namespace, name, node)
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -179,55 +274,6 @@ class WarmQueue:
     def pools(self) -> list[tuple[str, str]]:
         """The ``(namespace, pool)`` pairs that have a non-empty queue."""
         return list(self._queues)
-
-    # --- internals ----------------------------------------------------------------------------
-
-    def _discard(self, namespace: str, pool: str, queue: _PoolQueue, name: str) -> None:
-        entry = queue.entries.pop(name, None)
-        if entry is None:
-            return
-        self._leave_bucket(queue, entry)
-        if not queue.entries:
-            del self._queues[(namespace, pool)]
-
-    @staticmethod
-    def _enter_bucket(queue: _PoolQueue, name: str, entry: _Entry) -> None:
-        bucket = queue.buckets.get(entry.node)
-        if bucket is None:
-            bucket = _NodeBucket(heap=[])
-            queue.buckets[entry.node] = bucket
-        heapq.heappush(bucket.heap, (entry.seq, name))
-        bucket.live += 1
-
-    @staticmethod
-    def _leave_bucket(queue: _PoolQueue, entry: _Entry) -> None:
-        node = entry.node
-        bucket = queue.buckets[node]
-        bucket.live -= 1
-        if bucket.live == 0:
-            del queue.buckets[node]
-        elif len(bucket.heap) > 2 * bucket.live + _COMPACT_SLACK:
-            entries = queue.entries
-            live = {
-                (seq, name)
-                for seq, name in bucket.heap
-                if _is_live(entries.get(name), seq, node) and entries[name] is not entry
-            }
-            bucket.heap = sorted(live)
-
-    @staticmethod
-    def _head(queue: _PoolQueue, node: str, bucket: _NodeBucket) -> tuple[int, str]:
-        heap = bucket.heap
-        entries = queue.entries
-        while True:
-            seq, name = heap[0]
-            if _is_live(entries.get(name), seq, node):
-                return seq, name
-            heapq.heappop(heap)
-
-
-def _is_live(entry: _Entry | None, seq: int, node: str) -> bool:
-    return entry is not None and entry.seq == seq and entry.node == node
 
 
 # --- feeding the queue from Sandbox events ----------------------------------------------------
