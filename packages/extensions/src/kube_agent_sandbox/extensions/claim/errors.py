@@ -9,10 +9,10 @@ the message and the retry policy, so the status table and the result rules read 
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.sandbox.ownership import quote
 
 NOT_FOUND_REQUEUE: Final = 60.0
 """Seconds before a claim whose pool or template is missing is looked at again."""
@@ -20,10 +20,7 @@ NOT_FOUND_REQUEUE: Final = 60.0
 CREATE_PENDING_REQUEUE: Final = 0.2
 """Seconds before a create that hit AlreadyExists is retried (delta 5.3)."""
 
-
-def quote(value: str) -> str:
-    """Quote like Go's ``%q`` for printable text."""
-    return json.dumps(value, ensure_ascii=False)
+__all__ = ["quote"]  # re-exported: the reconciler quotes names like the errors do
 
 
 class ClaimError(Exception):

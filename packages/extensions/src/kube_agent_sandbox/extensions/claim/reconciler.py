@@ -66,6 +66,7 @@ from kube_agent_sandbox.extensions.claim.errors import (
     conflict_detail,
     quote,
 )
+from kube_agent_sandbox.extensions.claim.metrics import template_name_of as sandbox_template
 from kube_agent_sandbox.extensions.claim.observed import FirstObserved, rfc3339nano
 from kube_agent_sandbox.extensions.claim.overlay import WriteOverlay
 from kube_agent_sandbox.extensions.claim.sandboxbuild import (
@@ -100,7 +101,6 @@ EXPIRED_REQUEUE: Final = 0.001
 """Seconds before the pass that applies the shutdown policy (after marking Ready expired)."""
 ASSIGNMENT_RETRIES: Final = 5
 ADOPTION_RETRIES: Final = 3
-UNKNOWN_TEMPLATE: Final = "__unknown__"
 POLICY_DELETE: Final = "Delete"
 POLICY_DELETE_FOREGROUND: Final = "DeleteForeground"
 
@@ -137,12 +137,6 @@ def _annotations(obj: Obj) -> dict[str, Any]:
 
 def _labels(obj: Obj) -> dict[str, Any]:
     return dict(meta(obj).get("labels") or {})
-
-
-def _template_ref(sandbox: Obj | None) -> str:
-    if sandbox is None:
-        return UNKNOWN_TEMPLATE
-    return str(_annotations(sandbox).get(c.ANNOTATION_SANDBOX_TEMPLATE_REF) or UNKNOWN_TEMPLATE)
 
 
 def _pool_name(claim: Obj) -> str:
@@ -641,7 +635,7 @@ class ClaimReconciler:
         if self._metrics is not None:
             self._metrics.record_creation(
                 namespace=namespace,
-                sandbox_template=_template_ref(adopted),
+                sandbox_template=sandbox_template(adopted),
                 launch_type=c.LAUNCH_TYPE_WARM,
                 warmpool_name=pool,
                 pod_condition="ready" if is_ready(adopted) else "not_ready",
@@ -739,7 +733,7 @@ class ClaimReconciler:
         if self._metrics is not None:
             self._metrics.record_creation(
                 namespace=namespace,
-                sandbox_template=_template_ref(created),
+                sandbox_template=sandbox_template(created),
                 launch_type=c.LAUNCH_TYPE_COLD,
                 warmpool_name=_pool_name(claim),
                 pod_condition="not_ready",
