@@ -701,3 +701,46 @@ async def test_recreate_refuses_stale_member() -> None:
     assert w.get(SANDBOXES, "pool-stale")["metadata"]["ownerReferences"][0]["kind"] == (
         "SandboxWarmPool"
     )
+
+
+async def test_legacy_network_policy_deleted_only_when_controlled_by_the_claim() -> None:
+    from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES
+
+    w = World()
+    mine = w.claim("mine")
+    w.claim("theirs")
+    w.api.add(
+        NETWORK_POLICIES,
+        {
+            "metadata": {
+                "name": "mine-network-policy",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "extensions.agents.x-k8s.io/v1alpha1",
+                        "kind": "SandboxClaim",
+                        "name": "mine",
+                        "uid": mine["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {},
+        },
+    )
+    w.api.add(NETWORK_POLICIES, {"metadata": {"name": "theirs-network-policy"}, "spec": {}})
+    reconciler = ClaimReconciler(
+        w.api,
+        claims=w.api.reader(SANDBOX_CLAIMS),
+        sandboxes=w.api.reader(SANDBOXES),
+        pools=w.api.reader(SANDBOX_WARM_POOLS),
+        templates=w.api.reader(SANDBOX_TEMPLATES),
+        queue=w.queue,
+        clock=lambda: NOW,
+    )
+    for name in ("mine", "theirs", "mine"):
+        await reconciler.reconcile(Request(NS, name))
+    await reconciler.drain()
+    assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is None
+    assert w.api.obj(NETWORK_POLICIES, "theirs-network-policy") is not None
+    gets = [call for call in w.api.calls if call.plural == "networkpolicies" and call.verb == "get"]
+    assert len(gets) == 2  # once per claim, not once per pass

@@ -209,10 +209,11 @@ class ClaimReconciler:
         self._clock = clock
         self._clock_ns = clock_ns
         self._np_cleanup = legacy_network_policy_cleanup
-        self._np_checked: set[str] = set()
+        # per claim key, the UID whose legacy NetworkPolicy was checked (dropped with the claim)
+        self._np_checked: dict[tuple[str, str], str] = {}
         self._background: set[asyncio.Task[None]] = set()
-        # claims (by UID) whose first-ready stamp was written before their Ready status
-        self._first_ready_owed: set[str] = set()
+        # claims (key -> UID) whose first-ready stamp was written before their Ready status
+        self._first_ready_owed: dict[tuple[str, str], str] = {}
 
     # --- entry -----------------------------------------------------------------------------
 
@@ -224,8 +225,11 @@ class ClaimReconciler:
         """
         claim = self.claims.get(request.namespace, request.name)
         if claim is None:
-            self.observed.forget(request.namespace, request.name)
-            self.claims.forget(request.namespace, request.name)
+            key = (request.namespace, request.name)
+            self.observed.forget(*key)
+            self.claims.forget(*key)
+            self._np_checked.pop(key, None)
+            self._first_ready_owed.pop(key, None)
             return Result()
         self._cleanup_legacy_network_policy(claim)
         with self._tracer.object_span("ReconcileSandboxClaim", claim, _span_attributes):
@@ -533,7 +537,7 @@ class ClaimReconciler:
         await self._patch_claim(work, {"metadata": metadata})
         if work.first_ready_stamped:
             work.first_ready_stamped = False
-            self._first_ready_owed.discard(str(meta(work.claim).get("uid") or ""))
+            self._first_ready_owed.pop(_key(work.claim), None)
 
     # --- warm adoption ---------------------------------------------------------------------
 
@@ -556,7 +560,7 @@ class ClaimReconciler:
         work.pending.clear()
         if stamp_ready:
             work.first_ready_stamped = True
-            self._first_ready_owed.add(str(meta(work.claim).get("uid") or ""))
+            self._first_ready_owed[_key(work.claim)] = str(meta(work.claim).get("uid") or "")
         return await self._complete_adoption(work, sandbox, key=key)
 
     async def _write_assignment(self, work: _Pass, annotations: dict[str, str], name: str) -> None:
@@ -774,8 +778,8 @@ class ClaimReconciler:
         claim = work.claim
         uid = str(meta(claim).get("uid") or "")
         annotations = _annotations(claim)
-        if uid in self._first_ready_owed:
-            self._first_ready_owed.discard(uid)
+        if self._first_ready_owed.get(_key(claim)) == uid:
+            del self._first_ready_owed[_key(claim)]
             self._observe(claim, sandbox)
             return
         if annotations.get(c.ANNOTATION_CLAIM_FIRST_READY_AT):
@@ -812,9 +816,10 @@ class ClaimReconciler:
 
     def _cleanup_legacy_network_policy(self, claim: Obj) -> None:
         uid = str(meta(claim).get("uid") or "")
-        if not self._np_cleanup or not uid or uid in self._np_checked:
+        key = _key(claim)
+        if not self._np_cleanup or not uid or self._np_checked.get(key) == uid:
             return
-        self._np_checked.add(uid)
+        self._np_checked[key] = uid
         task = asyncio.create_task(self._delete_legacy_network_policy(claim))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
