@@ -744,3 +744,42 @@ async def test_legacy_network_policy_deleted_only_when_controlled_by_the_claim()
     assert w.api.obj(NETWORK_POLICIES, "theirs-network-policy") is not None
     gets = [call for call in w.api.calls if call.plural == "networkpolicies" and call.verb == "get"]
     assert len(gets) == 2  # once per claim, not once per pass
+
+
+class TraceRecorder:
+    """A tracer stand-in: records spans and has a fixed current trace context."""
+
+    def __init__(self) -> None:
+        self.spans: list[str] = []
+
+    def object_span(self, name: str, obj: Obj, attributes: Any) -> Any:
+        import contextlib
+
+        self.spans.append(name)
+        return contextlib.nullcontext()
+
+    def span(self, name: str) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def add_event(self, name: str, obj: Obj, attributes: Any) -> None:
+        return None
+
+    def trace_context(self) -> str:
+        return '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+
+
+async def test_tracing_stamps_claim_and_copies_context_to_sandbox() -> None:
+    w = World()
+    tracer = TraceRecorder()
+    w.reconciler._tracer = tracer
+    w.claim()
+    await w.reconcile()
+    assert tracer.spans == ["ReconcileSandboxClaim"]
+    claim = w.get(SANDBOX_CLAIMS, "claim")
+    trace = claim["metadata"]["annotations"][c.ANNOTATION_TRACE_CONTEXT]
+    assert trace == tracer.trace_context()
+    # the cold Sandbox, created in the same pass, carries the context already
+    sandbox = w.get(SANDBOXES, "claim")
+    assert sandbox["metadata"]["annotations"][c.ANNOTATION_TRACE_CONTEXT] == trace

@@ -724,7 +724,12 @@ class ClaimReconciler:
 
     async def _create_cold(self, work: _Pass, template: Obj) -> Obj:
         claim = work.claim
-        body = build_cold_sandbox(claim, template)
+        # annotations not yet written (this pass's trace context) already count for the Sandbox
+        view = {
+            **claim,
+            "metadata": {**meta(claim), "annotations": {**_annotations(claim), **work.pending}},
+        }
+        body = build_cold_sandbox(view, template)
         namespace, name = _key(claim)
         try:
             created = await self._client.create(SANDBOXES, namespace, body)
