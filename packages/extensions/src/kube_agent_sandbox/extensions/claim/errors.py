@@ -1,0 +1,160 @@
+"""Why a claim pass failed, as the claim's Ready condition and the work queue need to know it.
+
+Upstream sorts its errors into three families (spec 4.3.1 step 12, 4.3.6): user-configuration
+errors that retrying cannot fix (written to Ready, not retried), missing pool or template
+(written to Ready, retried after a minute) and everything else (written to Ready as
+``ReconcilerError`` and retried with backoff). One small hierarchy carries the Ready reason,
+the message and the retry policy, so the status table and the result rules read one object.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.sandbox.ownership import quote
+
+NOT_FOUND_REQUEUE: Final = 60.0
+"""Seconds before a claim whose pool or template is missing is looked at again."""
+
+CREATE_PENDING_REQUEUE: Final = 0.2
+"""Seconds before a create that hit AlreadyExists is retried (delta 5.3)."""
+
+__all__ = ["quote"]  # re-exported: the reconciler quotes names like the errors do
+
+
+class ClaimError(Exception):
+    """A failed claim pass.
+
+    Attributes:
+        reason: The Ready condition reason.
+        ready_message: The Ready condition message.
+        suppressed: True when retrying cannot help (no error is returned to the queue).
+        keeps_binding: False when ``status.sandbox`` must be cleared (only "not owned").
+    """
+
+    reason: str = c.REASON_RECONCILER_ERROR
+    suppressed: bool = False
+    keeps_binding: bool = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def ready_message(self) -> str:
+        """The Ready message (``Error seen: <err>`` for generic errors)."""
+        return f"Error seen: {self.message}"
+
+
+class ReconcilerError(ClaimError):
+    """Anything unexpected: API errors, override conflicts, a foreign same-name Sandbox."""
+
+
+class TemplateNotFoundError(ClaimError):
+    """The pool's SandboxTemplate does not exist."""
+
+    reason = c.REASON_TEMPLATE_NOT_FOUND
+
+    def __init__(self, template: str, *, prefix: str = "") -> None:
+        self.template = template
+        super().__init__(f"{prefix}SandboxTemplate {quote(template)} not found")
+
+    @property
+    def ready_message(self) -> str:
+        return f"SandboxTemplate {quote(self.template)} not found"
+
+
+class WarmPoolNotFoundError(ClaimError):
+    """The claim's SandboxWarmPool does not exist."""
+
+    reason = c.REASON_WARM_POOL_NOT_FOUND
+
+    def __init__(self, pool: str, *, prefix: str = "") -> None:
+        self.pool = pool
+        super().__init__(f"{prefix}SandboxWarmPool {quote(pool)} not found")
+
+    @property
+    def ready_message(self) -> str:
+        return f"SandboxWarmPool {quote(self.pool)} not found"
+
+
+class _VerbatimError(ClaimError):
+    suppressed = True
+
+    @property
+    def ready_message(self) -> str:
+        return self.message
+
+
+class InvalidMetadataError(_VerbatimError):
+    """``additionalPodMetadata`` failed validation."""
+
+    reason = c.REASON_INVALID_METADATA
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"invalid additionalPodMetadata: {detail}")
+
+
+class EnvInjectionRejectedError(_VerbatimError):
+    """The template policy refuses the claim's environment variables."""
+
+    reason = c.REASON_ENV_VARS_INJECTION_REJECTED
+
+
+class VolumeClaimTemplatesError(_VerbatimError):
+    """The claim's volume claim templates are invalid or refused by the template."""
+
+    reason = c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR
+
+
+class AdoptionConflictError(ClaimError):
+    """Another writer changed the claim or the chosen Sandbox during adoption (retried)."""
+
+    reason = c.REASON_ADOPTION_CONFLICT
+
+    @property
+    def ready_message(self) -> str:
+        return f"{self.message}; the next pass retries from a converged view"
+
+
+class SandboxNotOwnedError(ClaimError):
+    """An expired claim's Sandbox is controlled by someone else: it is left alone."""
+
+    reason = c.REASON_CLAIM_EXPIRED
+    suppressed = True
+    keeps_binding = False
+
+    def __init__(self, sandbox: str, claim: str) -> None:
+        super().__init__(
+            "sandbox not owned by this claim: "
+            f"sandbox {quote(sandbox)} is not owned by claim {quote(claim)}"
+        )
+
+    @property
+    def ready_message(self) -> str:
+        return f"Claim expired. {self.message}; deletion skipped."
+
+
+class SandboxCreatePendingError(ClaimError):
+    """The cold create met AlreadyExists: the cache has not shown the Sandbox yet."""
+
+    reason = c.REASON_SANDBOX_CREATE_PENDING
+    suppressed = True
+
+    def __init__(self) -> None:
+        super().__init__("Sandbox already created; waiting for cache to converge")
+
+    @property
+    def ready_message(self) -> str:
+        return self.message
+
+
+def conflict_detail(text: str) -> str:
+    """Replace the apiserver's long conflict tail with a short note (spec 4.3.5)."""
+    marker = "the object has been modified"
+    index = text.find(marker)
+    if index < 0:
+        return text
+    head = text[:index].rstrip(" :;,")
+    return f"{head} (conflicting concurrent write)"

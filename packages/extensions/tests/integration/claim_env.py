@@ -1,0 +1,225 @@
+"""Helpers of the SandboxClaim integration tests: objects as users and upstream's pool write them.
+
+Not a test module: the ``test_claim_*`` modules import it (``conftest.py`` puts this directory
+on ``sys.path``). Warm pool members are written here exactly as upstream's warm pool
+controller writes them (spec 4.2.2), with Go-computed hash labels this project cannot
+reproduce, so serving them proves that objects written by upstream are served by ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import copy
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.extensions.common.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+
+EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
+T = TypeVar("T")
+POLL = 0.1
+WAIT = 180.0  # seconds: a generous bound for a loaded 2-core machine, never asserted on
+PAUSE = "registry.k8s.io/pause:3.10"
+GO_BLUEPRINT_HASH = "9c7f3a21"  # what upstream's pool would write; never equal to ours
+GO_POD_TEMPLATE_HASH = "1b2c3d4e"
+
+
+def pod_template(**extra: Any) -> Obj:
+    """A pause-container pod template."""
+    spec: Obj = {"containers": [{"name": "main", "image": PAUSE}]}
+    spec.update(extra)
+    return {"spec": spec}
+
+
+def conditions(obj: Obj | None) -> dict[str, Obj]:
+    """Conditions of an object by type."""
+    return {
+        cond["type"]: cond for cond in ((obj or {}).get("status") or {}).get("conditions") or ()
+    }
+
+
+def owner_ref(owner: Obj, kind: str) -> Obj:
+    """A controller reference to an extensions object."""
+    return {
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": kind,
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+@dataclass
+class ClaimEnv:
+    """An admin client in the test namespace, with object builders and waits."""
+
+    client: ApiClient
+    namespace: str
+
+    async def create(self, resource: Resource, body: Obj) -> Obj:
+        body = {"apiVersion": resource.api_version, "kind": resource.kind, **body}
+        return await self.client.create(resource, self.namespace, body)
+
+    async def get(self, resource: Resource, name: str) -> Obj | None:
+        try:
+            return await self.client.get(resource, self.namespace, name)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    async def list(self, resource: Resource) -> builtins.list[Obj]:
+        listed = await self.client.list(resource, self.namespace)
+        return list(listed.get("items") or [])
+
+    async def template(self, name: str, **spec: Any) -> Obj:
+        body: Obj = {"podTemplate": pod_template()}
+        body.update(spec)
+        return await self.create(SANDBOX_TEMPLATES, {"metadata": {"name": name}, "spec": body})
+
+    async def pool(
+        self, name: str, template: str, *, replicas: int = 0, strategy: str | None = None
+    ) -> Obj:
+        spec: Obj = {"replicas": replicas, "sandboxTemplateRef": {"name": template}}
+        if strategy:
+            spec["updateStrategy"] = {"type": strategy}
+        return await self.create(SANDBOX_WARM_POOLS, {"metadata": {"name": name}, "spec": spec})
+
+    async def claim(
+        self,
+        name: str,
+        pool: str,
+        *,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        **spec: Any,
+    ) -> Obj:
+        body: Obj = {"warmPoolRef": {"name": pool}}
+        body.update(spec)
+        metadata: Obj = {"name": name}
+        if labels:
+            metadata["labels"] = labels
+        if annotations:
+            metadata["annotations"] = annotations
+        return await self.create(SANDBOX_CLAIMS, {"metadata": metadata, "spec": body})
+
+    async def upstream_pool_member(self, pool: Obj, template: Obj) -> Obj:
+        """A Sandbox exactly as upstream's warm pool controller creates it (spec 4.2.2)."""
+        pool_name, template_name = pool["metadata"]["name"], template["metadata"]["name"]
+        spec = copy.deepcopy(
+            {k: v for k, v in template["spec"].items() if k in ("podTemplate", "service")}
+        )
+        pool_labels = {
+            c.LABEL_WARM_POOL_SANDBOX: name_hash(pool_name),
+            c.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash(template_name),
+            c.LABEL_SANDBOX_POD_TEMPLATE_HASH: GO_POD_TEMPLATE_HASH,
+            c.LABEL_SANDBOX_TEMPLATE_HASH: GO_BLUEPRINT_HASH,
+        }
+        meta = spec["podTemplate"].setdefault("metadata", {})
+        meta["labels"] = {**(meta.get("labels") or {}), **pool_labels}
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            c.ANNOTATION_SAFE_TO_EVICT: "true",
+        }
+        pod_spec = spec["podTemplate"]["spec"]
+        pod_spec.setdefault("automountServiceAccountToken", False)
+        pod_spec.setdefault("dnsPolicy", "None")
+        pod_spec.setdefault("dnsConfig", {"nameservers": ["8.8.8.8", "1.1.1.1"]})
+        body: Obj = {
+            "metadata": {
+                "generateName": f"{pool_name}-",
+                "labels": {
+                    **pool_labels,
+                    c.LABEL_LAUNCH_TYPE: c.LAUNCH_TYPE_WARM,
+                    c.LABEL_CREATED_BY: c.CREATED_BY_CONTROLLER,
+                },
+                "annotations": {c.ANNOTATION_SANDBOX_TEMPLATE_REF: template_name},
+                "ownerReferences": [owner_ref(pool, c.KIND_SANDBOX_WARM_POOL)],
+            },
+            "spec": spec,
+        }
+        return await self.create(SANDBOXES, body)
+
+    async def ready_members(self, pool: Obj, template: Obj, count: int) -> builtins.list[Obj]:
+        """``count`` upstream-style pool members, waited on until Ready with pod IPs."""
+        members = await asyncio.gather(
+            *(self.upstream_pool_member(pool, template) for _ in range(count))
+        )
+        names = [m["metadata"]["name"] for m in members]
+
+        async def all_ready() -> builtins.list[Obj] | None:
+            found = {s["metadata"]["name"]: s for s in await self.list(SANDBOXES)}
+            ready = [
+                found[n]
+                for n in names
+                if n in found
+                and conditions(found[n]).get("Ready", {}).get("status") == "True"
+                and (found[n].get("status") or {}).get("podIPs")
+            ]
+            return ready if len(ready) == len(names) else None
+
+        return await self.until(all_ready, f"{count} warm members Ready")
+
+    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
+        """Poll ``probe`` until it returns something truthy (bounded; never a timing check)."""
+        last: T | None = None
+        for _ in range(int(WAIT / POLL)):
+            last = await probe()
+            if last:
+                return last
+            await asyncio.sleep(POLL)
+        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
+
+    async def until_claim(self, name: str, *, status: str, reason: str | None = None) -> Obj:
+        async def probe() -> Obj | None:
+            claim = await self.get(SANDBOX_CLAIMS, name)
+            ready = conditions(claim).get("Ready")
+            if ready is None or ready["status"] != status:
+                return None
+            if reason is not None and ready["reason"] != reason:
+                return None
+            return claim
+
+        return await self.until(probe, f"claim {name} Ready={status} reason={reason}")
+
+    async def until_gone(self, resource: Resource, name: str) -> None:
+        async def probe() -> bool:
+            return await self.get(resource, name) is None
+
+        await self.until(probe, f"{resource.plural}/{name} to be deleted")
+
+    async def events_for(self, name: str) -> builtins.list[Obj]:
+        listed = await self.client.list(EVENTS, self.namespace)
+        return [
+            e
+            for e in listed.get("items", [])
+            if (e.get("regarding") or {}).get("name") == name
+            and (e.get("regarding") or {}).get("kind") == c.KIND_SANDBOX_CLAIM
+        ]
+
+
+async def wait_started(started: list[Any], count: int = 2) -> list[Any]:
+    """The fixture's ``[manager, setup results...]`` once the controller thread filled it."""
+    for _ in range(int(WAIT / POLL)):
+        if len(started) >= count:
+            return started
+        await asyncio.sleep(POLL)
+    raise AssertionError("controllers did not start")
+
+
+def sample(manager: Any, name: str, labels: dict[str, str]) -> float:
+    """A metric sample from the manager's registry (0 when absent)."""
+    value = manager.registry.get_sample_value(name, labels)
+    return float(value or 0.0)

@@ -1,0 +1,109 @@
+"""Claim lifecycle: shutdownTime with each policy, ttlSecondsAfterFinished (spec 4.3.7)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from claim_env import ClaimEnv, conditions
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
+from kube_agent_sandbox.extensions.common.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def env(
+    cluster: Any, namespace: str, extensions_controller: list[Any]
+) -> AsyncIterator[ClaimEnv]:
+    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
+        e = ClaimEnv(client, namespace)
+        await e.template("tmpl")
+        await e.pool("pool", "tmpl")
+        yield e
+
+
+def _past() -> str:
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _soon(seconds: int) -> str:
+    moment = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class TestClaimLifecycle:
+    extensions = ("claim",)
+
+    async def test_retain_keeps_claim_and_deletes_sandbox(self, env: ClaimEnv) -> None:
+        await env.claim("retained", "pool", lifecycle={"shutdownTime": _soon(15)})
+        await env.until_claim("retained", status="True")
+        assert await env.get(SANDBOXES, "retained") is not None
+        claim = await env.until_claim("retained", status="False", reason="ClaimExpired")
+        assert conditions(claim)["Ready"]["message"] == "Claim expired. Sandbox cleanup initiated."
+        await env.until_gone(SANDBOXES, "retained")
+        assert await env.get(SANDBOX_CLAIMS, "retained") is not None
+        reasons = [(e["reason"], e["action"]) for e in await env.events_for("retained")]
+        assert ("ClaimExpired", "Claim Expired") in reasons
+
+    async def test_already_expired_retain(self, env: ClaimEnv) -> None:
+        await env.claim("late", "pool", lifecycle={"shutdownTime": _past()})
+        claim = await env.until_claim("late", status="False", reason="ClaimExpired")
+        assert claim["metadata"]["name"] == "late"
+        assert await env.get(SANDBOXES, "late") is None
+
+    async def test_delete_policy_deletes_claim(self, env: ClaimEnv) -> None:
+        await env.claim(
+            "deleted", "pool", lifecycle={"shutdownTime": _soon(15), "shutdownPolicy": "Delete"}
+        )
+        await env.until_claim("deleted", status="True")
+        await env.until_gone(SANDBOX_CLAIMS, "deleted")
+
+    async def test_delete_foreground(self, env: ClaimEnv) -> None:
+        await env.claim(
+            "fg",
+            "pool",
+            lifecycle={"shutdownTime": _soon(15), "shutdownPolicy": "DeleteForeground"},
+        )
+        await env.until_claim("fg", status="True")
+
+        async def deleting() -> dict[str, Any] | None:
+            claim = await env.get(SANDBOX_CLAIMS, "fg")
+            if claim is None or not claim["metadata"].get("deletionTimestamp"):
+                return None
+            return claim
+
+        claim = await env.until(deleting, "claim with deletionTimestamp")
+        assert "foregroundDeletion" in claim["metadata"].get("finalizers", [])
+        await env.until_gone(SANDBOX_CLAIMS, "fg")
+        assert await env.get(SANDBOXES, "fg") is None
+
+    async def test_ttl_after_finished(self, env: ClaimEnv) -> None:
+        await env.claim("ttl", "pool", lifecycle={"ttlSecondsAfterFinished": 0})
+        await env.until_claim("ttl", status="True")
+        # the pod completes (kwok runs no containers: the test plays the kubelet)
+        pod = await env.get(PODS, "ttl")
+        assert pod is not None
+        await env.client.patch(
+            PODS, env.namespace, "ttl", {"status": {"phase": "Succeeded"}}, subresource="status"
+        )
+
+        async def expired() -> dict[str, Any] | None:
+            claim = await env.get(SANDBOX_CLAIMS, "ttl")
+            conds = conditions(claim)
+            if conds.get("Ready", {}).get("reason") != "ClaimExpired":
+                return None
+            return claim
+
+        claim = await env.until(expired, "claim expired after finishing")
+        finished = conditions(claim)["Finished"]
+        assert (finished["status"], finished["reason"]) == ("True", c.REASON_POD_SUCCEEDED)
+        await env.until_gone(SANDBOXES, "ttl")
+        kept = await env.get(SANDBOX_CLAIMS, "ttl")
+        assert kept is not None
+        assert conditions(kept)["Finished"]["status"] == "True"

@@ -1,0 +1,59 @@
+"""Claims waiting for a missing template or pool recover when it appears (delta 5.1, spec 4.3).
+
+The 1-minute retry stays as a fallback; these tests require recovery well before it, which
+only the template-create and pool watches can deliver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from claim_env import ClaimEnv, conditions
+
+from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
+from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
+
+pytestmark = pytest.mark.integration
+
+BEFORE_FALLBACK = 40.0  # seconds: well under the 60 s NotFound requeue
+
+
+@pytest.fixture
+async def env(
+    cluster: Any, namespace: str, extensions_controller: list[Any]
+) -> AsyncIterator[ClaimEnv]:
+    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
+        yield ClaimEnv(client, namespace)
+
+
+async def _ready_within(env: ClaimEnv, name: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        claim = await env.get(SANDBOX_CLAIMS, name)
+        if conditions(claim).get("Ready", {}).get("status") == "True":
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"claim {name} not Ready within {seconds}s of the fix")
+
+
+class TestRecovery:
+    extensions = ("claim",)
+
+    async def test_template_created_later(self, env: ClaimEnv) -> None:
+        await env.pool("pool", "late-template")
+        await env.claim("waiting", "pool")
+        await env.until_claim("waiting", status="False", reason="TemplateNotFound")
+        await env.template("late-template")
+        await _ready_within(env, "waiting", BEFORE_FALLBACK)
+
+    async def test_pool_created_later(self, env: ClaimEnv) -> None:
+        await env.template("tmpl")
+        await env.claim("waiting", "late-pool")
+        await env.until_claim("waiting", status="False", reason="WarmPoolNotFound")
+        await env.pool("late-pool", "tmpl")
+        await _ready_within(env, "waiting", BEFORE_FALLBACK)

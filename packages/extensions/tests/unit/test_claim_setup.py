@@ -1,0 +1,165 @@
+"""Watch plumbing of the claim controller: predicates, mappings, read-your-writes overlay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_agent_sandbox.controller.rbac import normalize_rules
+from kube_agent_sandbox.controller.runtime.fake import FakeApi
+from kube_agent_sandbox.controller.runtime.types import Obj, Request
+from kube_agent_sandbox.controller.runtime.workqueue import WorkQueue
+from kube_agent_sandbox.extensions.claim.observed import FirstObserved, rfc3339nano
+from kube_agent_sandbox.extensions.claim.overlay import WriteOverlay
+from kube_agent_sandbox.extensions.claim.setup import (
+    CLAIM_POOL_INDEX,
+    POOL_TEMPLATE_INDEX,
+    RBAC_RULES,
+    claim_pool_index,
+    pool_handler,
+    pool_template_index,
+    sandbox_change_matters,
+    template_handler,
+)
+from kube_agent_sandbox.extensions.common.resources import SANDBOXES
+
+
+class Indexed:
+    def __init__(self, index: str, func: Any, objects: list[Obj]) -> None:
+        self.index, self.func, self.objects = index, func, objects
+
+    def by_index(self, index: str, value: str) -> list[Obj]:
+        assert index == self.index
+        return [o for o in self.objects if value in self.func(o)]
+
+
+def _claim(name: str, pool: str, **extra: Any) -> Obj:
+    obj: Obj = {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"warmPoolRef": {"name": pool}},
+    }
+    obj.update(extra)
+    return obj
+
+
+def _sandbox(**status: Any) -> Obj:
+    return {"metadata": {"name": "s", "namespace": "ns"}, "status": status}
+
+
+def _ready(status: str, gen: int = 1) -> list[Obj]:
+    return [{"type": "Ready", "status": status, "observedGeneration": gen}]
+
+
+def test_owned_sandbox_predicate() -> None:
+    base = _sandbox(conditions=_ready("False"), podIPs=["1.1.1.1"])
+    assert sandbox_change_matters(None, base)
+    assert sandbox_change_matters(base, None)
+    assert not sandbox_change_matters(
+        base, _sandbox(conditions=_ready("False"), podIPs=["1.1.1.1"])
+    )
+    assert sandbox_change_matters(base, _sandbox(conditions=_ready("True"), podIPs=["1.1.1.1"]))
+    assert sandbox_change_matters(base, _sandbox(conditions=_ready("False", 2), podIPs=["1.1.1.1"]))
+    assert sandbox_change_matters(base, _sandbox(conditions=_ready("False"), podIPs=["2.2.2.2"]))
+    scheduled = [*_ready("False"), {"type": "PodScheduled", "status": "True"}]
+    assert not sandbox_change_matters(base, _sandbox(conditions=scheduled, podIPs=["1.1.1.1"]))
+    deleting = _sandbox(conditions=_ready("False"), podIPs=["1.1.1.1"])
+    deleting["metadata"]["deletionTimestamp"] = "2026-08-01T00:00:00Z"
+    assert sandbox_change_matters(base, deleting)
+
+
+def test_pool_events_enqueue_unbound_live_claims_on_generation_change() -> None:
+    claims = Indexed(
+        CLAIM_POOL_INDEX,
+        claim_pool_index,
+        [
+            _claim("free", "p"),
+            _claim("bound", "p", status={"sandbox": {"name": "x"}}),
+            _claim("other", "q"),
+            {
+                **_claim("gone", "p"),
+                "metadata": {"name": "gone", "namespace": "ns", "deletionTimestamp": "t"},
+            },
+        ],
+    )
+    queue: WorkQueue[Request] = WorkQueue("t")
+    handler = pool_handler(queue, claims)  # type: ignore[arg-type]
+    pool = {"metadata": {"name": "p", "namespace": "ns", "generation": 1}}
+    assert handler.on_update is not None
+    assert handler.on_add is not None
+    handler.on_update(pool, {**pool, "status": {"replicas": 3}})
+    assert len(queue) == 0  # status-only update
+    handler.on_update(pool, {"metadata": {**pool["metadata"], "generation": 2}})
+    assert len(queue) == 1
+    handler.on_add(pool)
+    assert len(queue) == 1  # deduplicated: only "free"
+
+
+def test_template_create_enqueues_bound_and_unbound_claims_of_its_pools() -> None:
+    pools = Indexed(
+        POOL_TEMPLATE_INDEX,
+        pool_template_index,
+        [
+            {
+                "metadata": {"name": "p1", "namespace": "ns"},
+                "spec": {"sandboxTemplateRef": {"name": "t"}},
+            },
+            {
+                "metadata": {"name": "p2", "namespace": "ns"},
+                "spec": {"sandboxTemplateRef": {"name": "u"}},
+            },
+        ],
+    )
+    claims = Indexed(
+        CLAIM_POOL_INDEX,
+        claim_pool_index,
+        [
+            _claim("a", "p1"),
+            _claim("b", "p1", status={"sandbox": {"name": "x"}}),
+            _claim("c", "p2"),
+        ],
+    )
+    queue: WorkQueue[Request] = WorkQueue("t")
+    handler = template_handler(queue, pools, claims)  # type: ignore[arg-type]
+    assert handler.on_add is not None
+    assert handler.on_update is None
+    assert handler.on_delete is None
+    handler.on_add({"metadata": {"name": "t", "namespace": "ns"}})
+    assert len(queue) == 2
+
+
+def test_rbac_rules_cover_claim_writes() -> None:
+    rules = {(r.api_groups, r.resources): set(r.verbs) for r in normalize_rules(RBAC_RULES)}
+    flat = {(g, res): verbs for (gs, ress), verbs in rules.items() for g in gs for res in ress}
+    assert {"patch", "delete"} <= flat[("extensions.agents.x-k8s.io", "sandboxclaims")]
+    assert "patch" in flat[("extensions.agents.x-k8s.io", "sandboxclaims/status")]
+    assert "update" in flat[("extensions.agents.x-k8s.io", "sandboxclaims/finalizers")]
+    assert {"create", "patch", "delete"} <= flat[("agents.x-k8s.io", "sandboxes")]
+    assert flat[("networking.k8s.io", "networkpolicies")] == {"get", "delete"}
+
+
+def test_overlay_shadows_until_cache_catches_up() -> None:
+    api = FakeApi(default_namespace="ns")
+    stored = api.add(SANDBOXES, {"metadata": {"name": "s"}, "spec": {}})
+    overlay = WriteOverlay(api.reader(SANDBOXES))
+    written = {**stored, "metadata": {**stored["metadata"], "resourceVersion": "999"}}
+    overlay.remember(written)
+    assert overlay.get("ns", "s")["metadata"]["resourceVersion"] == "999"  # type: ignore[index]
+    overlay.observe(stored)  # an older version arrives: still shadowed
+    assert len(overlay) == 1
+    overlay.observe(written)
+    assert len(overlay) == 0
+    assert (
+        overlay.get("ns", "s")["metadata"]["resourceVersion"]
+        == stored["metadata"]["resourceVersion"]
+    )  # type: ignore[index]
+
+
+def test_first_observed_and_rfc3339nano() -> None:
+    times = iter([1_000_000_000_500_000_000, 2_000_000_000_000_000_000])
+    observed = FirstObserved(lambda: next(times))
+    claim = {"metadata": {"name": "c", "namespace": "ns", "uid": "u1"}}
+    assert observed.predicate(None, claim)
+    assert observed.record(claim) == 1_000_000_000_500_000_000
+    observed.predicate(claim, None)
+    assert len(observed) == 0
+    assert rfc3339nano(1_000_000_000_500_000_000) == "2001-09-09T01:46:40.5Z"
+    assert rfc3339nano(1_000_000_000_000_000_000) == "2001-09-09T01:46:40Z"
