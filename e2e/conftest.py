@@ -2,8 +2,10 @@
 
 The session starts the local control plane plus a real node (kubelet, containerd, runc, CNI
 bridge, kube-proxy), builds the controller image from this checkout without Docker, deploys it
-with ``kubectl apply -k manifests/`` and hands the cluster to the project's pytest plugin by
-overriding its session cluster fixture, so ``cluster`` and ``namespace`` work as everywhere.
+with ``kubectl apply -k manifests/overlays/extensions`` (the core install plus ``--extensions``,
+so templates, warm pools and claims are served) and hands the cluster to the project's pytest
+plugin by overriding its session cluster fixture, so ``cluster`` and ``namespace`` work as
+everywhere.
 Missing prerequisites skip locally and fail under ``CI=true`` (``plugin.unavailable``).
 """
 
@@ -31,6 +33,7 @@ _log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CRDS = REPO_ROOT / "manifests" / "crds"
+KUSTOMIZATION = "manifests/overlays/extensions"
 _LOG_LINES = 60
 _ENVIRONMENT = pytest.StashKey["RealNodeEnvironment"]()
 
@@ -63,7 +66,9 @@ def real_node_environment(request: pytest.FixtureRequest) -> Iterator[RealNodeEn
     cluster = RealNodeCluster(RealNodeClusterOptions(crds=[CRDS]))
     try:
         access = cluster.start()
-        controller = deploy_controller(access, cluster.node, repo_root=REPO_ROOT)
+        controller = deploy_controller(
+            access, cluster.node, repo_root=REPO_ROOT, kustomization=KUSTOMIZATION
+        )
         assert cluster.node.python_image is not None
         environment = RealNodeEnvironment(
             cluster=cluster,

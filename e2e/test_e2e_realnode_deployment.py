@@ -1,4 +1,4 @@
-"""The controller as users run it: deployed by `kubectl apply -k manifests/`, webhook included."""
+"""The controller as users run it: deployed by `kubectl apply -k`, webhook included."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """The project's main job, end to end: a local cluster, the controller, a sandbox that runs.
 
 ``python -m kube_agent_sandbox.testing.demo`` (``nox -s demo``) starts the local cluster with a
-real node (kubelet + containerd), deploys the controller with ``kubectl apply -k manifests/``,
-creates a Sandbox, waits until it is Ready, runs Python code in it, writes to its volume,
-suspends and resumes it, reads the data back, and prints how long each step took. Where a real
-node cannot run (no root, missing packages), it says why and falls back to kwok's simulated
-nodes with the controller running as a local process: the API-level steps still run, the steps
-that need a real container are skipped.
+real node (kubelet + containerd), deploys the controller with
+``kubectl apply -k manifests/overlays/extensions`` (core plus ``--extensions``), creates a
+Sandbox, waits until it is Ready, runs Python code in it, writes to its volume, suspends and
+resumes it, reads the data back, then fills a warm pool, claims a sandbox from it (printing the
+claim-to-Ready time) and runs Python in the claimed pod; it prints how long each step took.
+Where a real node cannot run (no root, missing packages), it says why and falls back to kwok's
+simulated nodes with the controller running as a local process: the API-level steps still run,
+the steps that need a real container are skipped.
 
 To add a step, write a function ``(DemoContext) -> str`` (its return value is the detail printed
 after the timing) and append a :class:`Step` to :data:`STEPS`.
@@ -37,8 +39,13 @@ from kube_agent_sandbox.testing.node.cluster import (
     deploy_controller,
 )
 from kube_agent_sandbox.testing.node.realnode import missing_prerequisites
-from kube_agent_sandbox.testing.node.workload import SandboxHandle, sandbox_manifest
+from kube_agent_sandbox.testing.node.workload import (
+    SandboxHandle,
+    exec_in_pod,
+    sandbox_manifest,
+)
 from kube_agent_sandbox.testing.processes import ProcessSupervisor
+from kube_agent_sandbox.testing.waiting import ObjectRef, condition_status, wait_for_object
 
 _log = logging.getLogger(__name__)
 
@@ -52,6 +59,12 @@ PYTHON_SNIPPET = (
     "on {platform.machine()}')\n"
     "print(sum(i * i for i in range(1_000_000)))\n"
 )
+TEMPLATE = "demo-python"
+POOL = "demo-pool"
+POOL_SIZE = 2
+CLAIM = "demo-claim"
+EXTENSIONS_KUSTOMIZATION = "manifests/overlays/extensions"
+EXTENSIONS_API_VERSION = "extensions.agents.x-k8s.io/v1beta1"
 # kwok pods run nothing, so any image name works there.
 KWOK_IMAGE = "localhost/agent-sandbox/python:kwok-simulated"
 
@@ -66,6 +79,7 @@ class DemoContext:
     out: TextIO
     sandbox: SandboxHandle | None = None
     token: str = field(default_factory=lambda: secrets.token_hex(8))
+    claimed_pod: str | None = None
 
     @property
     def handle(self) -> SandboxHandle:
@@ -148,6 +162,78 @@ def delete_sandbox(ctx: DemoContext) -> str:
     return "deleted"
 
 
+def fill_warm_pool(ctx: DemoContext) -> str:
+    """Create a SandboxTemplate and a SandboxWarmPool, and wait until the pool is full."""
+    container = {
+        "name": "main",
+        "image": ctx.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", "import time; time.sleep(86400)"],
+    }
+    template = {
+        "apiVersion": EXTENSIONS_API_VERSION,
+        "kind": "SandboxTemplate",
+        "metadata": {"name": TEMPLATE},
+        "spec": {
+            "podTemplate": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 1}}
+        },
+    }
+    pool = {
+        "apiVersion": EXTENSIONS_API_VERSION,
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": POOL},
+        "spec": {"replicas": POOL_SIZE, "sandboxTemplateRef": {"name": TEMPLATE}},
+    }
+    ctx.access.apply([template, pool], namespace=NAMESPACE)
+    wait_for_object(
+        ctx.access.api_client(),
+        ObjectRef(EXTENSIONS_API_VERSION, "SandboxWarmPool", POOL, NAMESPACE),
+        lambda o: (o.get("status") or {}).get("readyReplicas") == POOL_SIZE,
+        timeout=240,
+        what=f"{POOL_SIZE} Ready members",
+    )
+    return f"warm pool {POOL} holds {POOL_SIZE} Ready sandboxes of template {TEMPLATE}"
+
+
+def claim_from_pool(ctx: DemoContext) -> str:
+    """Claim a sandbox from the warm pool and time it until the claim is Ready."""
+    claim = {
+        "apiVersion": EXTENSIONS_API_VERSION,
+        "kind": "SandboxClaim",
+        "metadata": {"name": CLAIM},
+        "spec": {"warmPoolRef": {"name": POOL}},
+    }
+    sent = time.monotonic()
+    ctx.access.apply(claim, namespace=NAMESPACE)
+    ready = wait_for_object(
+        ctx.access.api_client(),
+        ObjectRef(EXTENSIONS_API_VERSION, "SandboxClaim", CLAIM, NAMESPACE),
+        lambda o: condition_status(o, "Ready") == "True",
+        timeout=120,
+        what="Ready",
+    )
+    elapsed_ms = (time.monotonic() - sent) * 1000
+    sandbox = ready["status"]["sandbox"]["name"]
+    ctx.claimed_pod = sandbox
+    served = "warm, from the pool" if sandbox.startswith(f"{POOL}-") else "cold"
+    return f"claim-to-Ready {elapsed_ms:.0f} ms: got {sandbox} ({served})"
+
+
+def run_in_claimed(ctx: DemoContext) -> str:
+    """Run Python in the claimed sandbox's pod (the pool's container, already running)."""
+    if ctx.claimed_pod is None:
+        raise RuntimeError("no claimed sandbox")
+    result = exec_in_pod(
+        ctx.access.api_client(),
+        NAMESPACE,
+        ctx.claimed_pod,
+        ["python3", "-c", "import socket; print('claimed sandbox', socket.gethostname())"],
+    )
+    if result.exit_code != 0:
+        raise RuntimeError(f"python exited {result.exit_code}: {result.stderr}")
+    return result.stdout.strip()
+
+
 STEPS: list[Step] = [
     Step("create sandbox", create_sandbox),
     Step("sandbox ready", wait_ready),
@@ -157,6 +243,9 @@ STEPS: list[Step] = [
     Step("resume", resume),
     Step("read the volume back", read_volume, frozenset({REAL})),
     Step("delete sandbox", delete_sandbox),
+    Step("fill a warm pool", fill_warm_pool),
+    Step("claim a sandbox from the pool", claim_from_pool),
+    Step("run python in the claimed sandbox", run_in_claimed, frozenset({REAL})),
 ]
 
 
@@ -255,8 +344,12 @@ def real_node_environment(repo: Path, report: Reporter) -> Iterator[tuple[Cluste
                 f"{cluster.timings['node-prepare']:.1f}s, node join "
                 f"{cluster.timings['node-join']:.1f}s; KUBECONFIG={access.kubeconfig}"
             )
-        with report.step("deploy controller (image + kubectl apply -k manifests/)") as detail:
-            deployed = deploy_controller(access, cluster.node, repo_root=repo)
+        with report.step(
+            "deploy controller (image + kubectl apply -k manifests/overlays/extensions)"
+        ) as detail:
+            deployed = deploy_controller(
+                access, cluster.node, repo_root=repo, kustomization=EXTENSIONS_KUSTOMIZATION
+            )
             detail.append(
                 ", ".join(f"{k} {v:.1f}s" for k, v in deployed.timings.items())
                 + f"; image {deployed.manifest_image}"
@@ -295,6 +388,7 @@ def kwok_environment(repo: Path, report: Reporter) -> Iterator[tuple[ClusterAcce
                     f"--kubeconfig={access.kubeconfig}",
                     "--enable-webhook=false",
                     "--leader-elect=false",
+                    "--extensions",
                     f"--metrics-bind-address=127.0.0.1:{free_port()}",
                     f"--health-probe-bind-address=127.0.0.1:{free_port()}",
                 ],

@@ -164,6 +164,7 @@ def deploy_controller(
     node: RealNode,
     *,
     repo_root: Path,
+    kustomization: str = "manifests",
     timeout: float = 180.0,
 ) -> DeployedController:
     """Build and import the controller image, ``kubectl apply -k manifests/``, wait until ready.
@@ -172,6 +173,8 @@ def deploy_controller(
         access: The real-node cluster.
         node: Its node (the image is imported into its containerd).
         repo_root: The repository root (sources of the wheels, ``manifests/``).
+        kustomization: The kustomization to apply, relative to ``repo_root``:
+            ``manifests`` (core) or ``manifests/overlays/extensions`` (with ``--extensions``).
         timeout: Seconds for the Deployment to become available.
 
     Returns:
@@ -182,7 +185,7 @@ def deploy_controller(
             controller's logs are in the message).
     """
     timings: dict[str, float] = {}
-    manifests = repo_root / "manifests"
+    manifests = repo_root / kustomization
     started = time.monotonic()
     image = controller_image(repo_root)
     timings["image-build"] = time.monotonic() - started
