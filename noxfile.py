@@ -126,10 +126,11 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def generate(session: nox.Session) -> None:
-    """Rewrite every generated file (CRDs, RBAC)."""
+    """Rewrite every generated file (CRDs, RBAC, the sync SDK)."""
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen")
+    _uv_run(session, "python", "scripts/unasync_sdk.py")
 
 
 @nox.session(name="check-generated")
@@ -138,6 +139,7 @@ def check_generated(session: nox.Session) -> None:
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen", "--check")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen", "--check")
+    _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
 
 
 @nox.session
