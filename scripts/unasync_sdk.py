@@ -18,8 +18,9 @@ import unasync
 
 ROOT = Path(__file__).resolve().parent.parent
 SDK = ROOT / "packages" / "sdk" / "src" / "kube_agent_sandbox" / "sdk"
-ASYNC_DIR = SDK / "_async"
-SYNC_DIR = SDK / "_sync"
+TESTS = ROOT / "packages" / "sdk" / "tests" / "integration"
+# (async source folder, generated sync folder); _backend.py and __init__.py are hand-written.
+PAIRS = [(SDK / "_async", SDK / "_sync"), (TESTS / "_async", TESTS / "_sync")]
 HAND_WRITTEN = {"__init__.py", "_backend.py"}
 
 REPLACEMENTS = {
@@ -42,9 +43,9 @@ REPLACEMENTS = {
 HEADER = "# Generated from _async/{name} by scripts/unasync_sdk.py: do not edit.\n"
 
 
-def generate(target: Path) -> list[Path]:
-    """Write the sync modules under ``target``; return their paths."""
-    sources = sorted(p for p in ASYNC_DIR.glob("*.py") if p.name not in HAND_WRITTEN)
+def generate(source_dir: Path, target: Path) -> list[Path]:
+    """Write the sync twins of ``source_dir``'s modules under ``target``; return their paths."""
+    sources = sorted(p for p in source_dir.glob("*.py") if p.name not in HAND_WRITTEN)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "_async"
         dst = Path(tmp) / "_sync"
@@ -74,15 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if the sync copy is stale")
     args = parser.parse_args(argv)
     if not args.check:
-        for path in generate(SYNC_DIR):
-            print(f"wrote {path.relative_to(ROOT)}")
+        for source_dir, sync_dir in PAIRS:
+            for path in generate(source_dir, sync_dir):
+                print(f"wrote {path.relative_to(ROOT)}")
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        stale = []
-        for path in generate(Path(tmp)):
-            current = SYNC_DIR / path.name
-            if not current.is_file() or current.read_text() != path.read_text():
-                stale.append(str(current.relative_to(ROOT)))
+    stale = []
+    for source_dir, sync_dir in PAIRS:
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in generate(source_dir, Path(tmp)):
+                current = sync_dir / path.name
+                if not current.is_file() or current.read_text() != path.read_text():
+                    stale.append(str(current.relative_to(ROOT)))
     if stale:
         print("stale generated sync SDK: " + ", ".join(stale), file=sys.stderr)
         print("run: nox -s generate (or python scripts/unasync_sdk.py)", file=sys.stderr)

@@ -575,6 +575,22 @@ class AsyncSandboxClient:
             timeout=timeout,
         )
 
+    async def wait_deleted(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        claim: bool = False,
+        timeout: float = 60.0,
+    ) -> None:
+        """Watch a Sandbox (or, with ``claim``, a SandboxClaim) until it is gone.
+
+        Raises:
+            SandboxTimeoutError: still there after ``timeout``.
+        """
+        resource = SANDBOX_CLAIMS if claim else SANDBOXES
+        await self._wait_gone(resource, name, namespace=self._ns(namespace), timeout=timeout)
+
     async def suspend(
         self,
         name: str,
