@@ -40,6 +40,14 @@ REPLACEMENTS = {
     "aiter_bytes": "iter_bytes",
 }
 
+# Prose in docstrings is not tokenized by unasync: these phrases are rewritten after it.
+DOC_REPLACEMENTS = [
+    ("AsyncSandboxClient", "SandboxClient"),
+    ("``async with ", "``with "),
+    ("for asyncio programs", "for blocking (synchronous) programs"),
+    (", off the event loop)", ")"),
+]
+
 HEADER = "# Generated from _async/{name} by scripts/unasync_sdk.py: do not edit.\n"
 
 
@@ -59,6 +67,8 @@ def generate(source_dir: Path, target: Path) -> list[Path]:
         written = []
         for path in sources:
             text = (dst / path.name).read_text(encoding="utf-8")
+            for old, new in DOC_REPLACEMENTS:
+                text = text.replace(old, new)
             out = target / path.name
             out.write_text(HEADER.format(name=path.name) + text, encoding="utf-8")
             written.append(out)

@@ -1,5 +1,5 @@
 # Generated from _async/client.py by scripts/unasync_sdk.py: do not edit.
-"""AsyncSandboxClient: create or claim sandboxes, wait on them, run commands and move files.
+"""SandboxClient: create or claim sandboxes, wait on them, run commands and move files.
 
 This is the hand-written source; ``_sync/client.py`` (``SandboxClient``) is generated from it by
 ``scripts/unasync_sdk.py``. Waits watch the object (no polling) and read the Ready condition's
@@ -136,7 +136,7 @@ class Sandbox:
         return readiness.sandbox_readiness(self.get())
 
     def exec(self, command: Sequence[str], **kwargs: Any) -> ExecResult:
-        """Run ``command`` (an argv list); see :meth:`AsyncSandboxClient.exec`."""
+        """Run ``command`` (an argv list); see :meth:`SandboxClient.exec`."""
         return self.client.exec(self.name, command, namespace=self.namespace, **kwargs)
 
     def suspend(self, *, wait: bool = True, timeout: float = DEFAULT_READY_TIMEOUT) -> Obj:
@@ -218,16 +218,16 @@ class Filesystem:
 
 
 class SandboxClient:
-    """Client of Agent Sandbox for asyncio programs.
+    """Client of Agent Sandbox for blocking (synchronous) programs.
 
     Args:
         config: the cluster connection; by default in-cluster config inside a Pod, else the
-            kubeconfig (loaded on first use, off the event loop).
+            kubeconfig (loaded on first use).
         namespace: default namespace of every call (else the config's).
         context: kubeconfig context to use when ``config`` is not given.
         timeout: seconds for one API request.
 
-    Use it as ``async with AsyncSandboxClient() as client:``: on exit everything the client
+    Use it as ``with SandboxClient() as client:``: on exit everything the client
     created (Sandboxes, claims) is deleted and connections are closed.
     """
 
