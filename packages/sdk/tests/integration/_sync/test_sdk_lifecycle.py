@@ -197,7 +197,7 @@ def test_permission_denied_names_verb_and_resource(
         assert info.value.resource == "sandboxes.agents.x-k8s.io"
         with pytest.raises(PermissionDeniedError) as listed:
             client.list_sandboxes()
-        assert listed.value.verb == "get"
+        assert listed.value.verb == "list"
 
 
 def test_claim_objects_carry_the_wire_contract(sdk_config: ClusterConfig) -> None:
