@@ -163,3 +163,13 @@ def test_exec_result_and_listing() -> None:
         ("l", 3, "symlink"),
     ]
     assert listing[2].mod_time == 1700000000.0
+
+
+def test_task_group_wrapping_is_undone() -> None:
+    from kube_agent_sandbox.sdk._async.api import unwrap_group
+
+    ours = ExecFailedError("exec failed: boom")
+    nested = BaseExceptionGroup("outer", [ValueError("x"), ExceptionGroup("inner", [ours])])
+    assert unwrap_group(nested) is ours
+    other = KeyError("k")
+    assert unwrap_group(ExceptionGroup("g", [other])) is other

@@ -16,6 +16,7 @@ from kube_agent_sandbox.sdk import (
     AsyncSandboxClient,
     ClusterConfig,
     ConflictError,
+    ExecFailedError,
     NotFoundError,
     PermissionDeniedError,
     SandboxTimeoutError,
@@ -228,3 +229,16 @@ async def test_claim_objects_carry_the_wire_contract(sdk_config: ClusterConfig) 
         with pytest.raises(NotFoundError):
             await client.get_claim(box.claim_name)
         await box.terminate()  # idempotent
+
+
+async def test_exec_without_a_container_runtime_is_a_typed_error(
+    sdk_config: ClusterConfig,
+) -> None:
+    # kwok pods have no containers: the API server's exec upgrade fails, and the SDK reports it
+    # as one of its own errors (the real exec path is covered by the e2e suite).
+    async with AsyncSandboxClient(sdk_config) as client:
+        await client.create_sandbox(manifest("nocontainer"), timeout=WAIT)
+        with pytest.raises(ExecFailedError, match="exec failed"):
+            await client.exec("nocontainer", ["true"], timeout=20)
+        with pytest.raises(NotFoundError):
+            await client.exec("missing", ["true"], timeout=20)

@@ -16,6 +16,7 @@ from kube_agent_sandbox.sdk import (
     ApiRequestError,
     ClusterConfig,
     ConflictError,
+    ExecFailedError,
     NotFoundError,
     PermissionDeniedError,
     SandboxClient,
@@ -229,3 +230,16 @@ def test_claim_objects_carry_the_wire_contract(sdk_config: ClusterConfig) -> Non
         with pytest.raises(NotFoundError):
             client.get_claim(box.claim_name)
         box.terminate()  # idempotent
+
+
+def test_exec_without_a_container_runtime_is_a_typed_error(
+    sdk_config: ClusterConfig,
+) -> None:
+    # kwok pods have no containers: the API server's exec upgrade fails, and the SDK reports it
+    # as one of its own errors (the real exec path is covered by the e2e suite).
+    with SandboxClient(sdk_config) as client:
+        client.create_sandbox(manifest("nocontainer"), timeout=WAIT)
+        with pytest.raises(ExecFailedError, match="exec failed"):
+            client.exec("nocontainer", ["true"], timeout=20)
+        with pytest.raises(NotFoundError):
+            client.exec("missing", ["true"], timeout=20)

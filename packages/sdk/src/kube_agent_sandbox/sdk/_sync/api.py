@@ -45,6 +45,27 @@ def _query(params: Params | None) -> httpx.QueryParams:
     return httpx.QueryParams(items)
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
+def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception a caller should see from a task group's ``ExceptionGroup``.
+
+    httpx-ws runs its websocket reader in an anyio task group, which wraps whatever the body of
+    ``async with`` raised (our own errors included) in an ``ExceptionGroup``. The SDK's own
+    error wins; otherwise the first leaf.
+    """
+    leaves = _leaves(group)
+    for leaf in leaves:
+        if isinstance(leaf, SandboxError):
+            return leaf
+    return leaves[0] if leaves else group
+
+
 class WatchExpiredError(SandboxError):
     """The watch's resourceVersion is too old (410 Gone): list again and watch from there."""
 
@@ -225,3 +246,8 @@ class KubeApi:
             raise api_error(response.status_code, body, verb="create", resource=resource) from err
         except (httpx.HTTPError, HTTPXWSException) as err:
             raise ApiRequestError(f"{resource}: {err!r}") from err
+        except BaseExceptionGroup as group:
+            leaf = unwrap_group(group)
+            if isinstance(leaf, httpx.HTTPError | HTTPXWSException):
+                raise ApiRequestError(f"{resource}: {leaf!r}") from leaf
+            raise leaf from None
