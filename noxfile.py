@@ -188,6 +188,15 @@ def build(session: nox.Session) -> None:
                 session.run(
                     str(venv / "bin" / "agent-sandbox-controller"), "--version", external=True
                 )
+            if package == "sdk":
+                session.run(str(venv / "bin" / "agent-sandbox"), "--help", external=True)
+                # the SDK alone must not pull in the controller
+                session.run(
+                    python, "-c",
+                    "import importlib.util as u; "
+                    "assert u.find_spec('kube_agent_sandbox.controller') is None",
+                    external=True,
+                )  # fmt: skip
     session.log(f"built and checked: {', '.join(sorted(p.name for p in dist.iterdir()))}")
 
 
