@@ -93,14 +93,21 @@ def test_exec_round_trip_p50(box: Sandbox, record_property: Record) -> None:
     record_property("sdk_exec_echo_p50_ms", round(p50, 1))
 
 
-def test_a_command_that_outlives_its_timeout_returns_control(box: Sandbox) -> None:
+def test_a_command_that_outlives_its_timeout_returns_control_and_is_killed(box: Sandbox) -> None:
     started = time.monotonic()
-    with pytest.raises(ExecTimeoutError) as info:
-        box.exec(["sh", "-c", "echo started; sleep 60"], timeout=2)
+    with pytest.raises(ExecTimeoutError, match="killed") as info:
+        box.commands.run("echo started; sleep 61; echo never", timeout=2)
     elapsed = time.monotonic() - started
-    assert elapsed < 20, f"control came back after {elapsed:.1f}s"
+    assert elapsed < 30, f"control came back after {elapsed:.1f}s"
     assert info.value.stdout == b"started\n"
+    assert info.value.stderr == b""  # the PID line of the wrapper is not the command's output
     assert isinstance(info.value, TimeoutError)
+    cmdlines = box.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline"]).stdout_bytes
+    assert b"sleep\x0061\x00" not in cmdlines
+    # without kill_on_timeout only control returns; the process is left running
+    with pytest.raises(ExecTimeoutError):
+        box.exec(["sleep", "62"], timeout=1)
+    assert b"sleep\x0062\x00" in box.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline"]).stdout_bytes
     assert box.commands.run("echo still usable").stdout == "still usable\n"
 
 

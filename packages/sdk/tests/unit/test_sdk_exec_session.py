@@ -210,3 +210,63 @@ async def test_async_exec_matches_sync(monkeypatch: pytest.MonkeyPatch) -> None:
     slow = AsyncSocket([], hang=True)
     with pytest.raises(ExecTimeoutError):
         await async_client(slow, monkeypatch).exec("box", ["sleep", "9"], timeout=0.05)
+
+
+def test_pid_prefix_is_split_off_stderr() -> None:
+    from kube_agent_sandbox.sdk.execproto import PidPrefix
+
+    prefix = PidPrefix()
+    assert prefix.feed(b"12") == b""
+    assert prefix.feed(b"3\nwarn") == b"warn"
+    assert prefix.pid == "123"
+    assert prefix.feed(b"more\n") == b"more\n"
+
+
+def test_timed_out_command_is_killed_by_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+    sock = SyncSocket([b"\x024242\n", b"\x01started\n", b"\x02oops"], hang=True)
+    client = sync_client(sock, monkeypatch)
+    killed: list[str] = []
+    monkeypatch.setattr(client, "_kill", lambda name, pid, **kw: killed.append(pid))
+    with pytest.raises(ExecTimeoutError, match="killed") as info:
+        client.exec("box", ["sleep", "60"], timeout=0.05, kill_on_timeout=True)
+    assert killed == ["4242"]
+    assert (info.value.stdout, info.value.stderr) == (b"started\n", b"oops")
+
+
+def test_kill_tree_script_kills_a_command_and_its_children() -> None:
+    import subprocess
+    from pathlib import Path
+
+    from kube_agent_sandbox.sdk.execproto import KILL_TREE_SCRIPT, killable
+
+    proc = subprocess.Popen(
+        killable(["sh", "-c", "sleep 307 & sleep 308; true"]),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    assert proc.stderr is not None
+    pid = proc.stderr.readline().decode().strip()
+    assert pid == str(proc.pid)  # exec kept the PID the wrapper printed
+
+    def sleepers() -> list[str]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if cmdline.read_bytes() in (b"sleep\x00307\x00", b"sleep\x00308\x00"):
+                    found.append(cmdline.parent.name)
+            except OSError:
+                continue
+        return found
+
+    for _ in range(100):
+        if len(sleepers()) == 2:
+            break
+        time.sleep(0.02)
+    assert len(sleepers()) == 2
+    subprocess.run(["sh", "-c", KILL_TREE_SCRIPT, "sh", pid], check=True)
+    proc.wait(timeout=10)
+    for _ in range(100):
+        if not sleepers():
+            break
+        time.sleep(0.02)
+    assert sleepers() == []

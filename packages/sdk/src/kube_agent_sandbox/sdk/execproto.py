@@ -159,3 +159,44 @@ LIST_SCRIPT = (
 
 WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$2")" && head -c "$1" > "$2"'
 """Write exactly ``$1`` bytes of stdin to ``$2``: ends without stdin EOF (works on v4 too)."""
+
+
+KILLABLE_WRAPPER = 'echo "$$" >&2; exec "$@"'
+"""Prints the command's PID on stderr, then becomes the command (``exec`` keeps the PID)."""
+
+KILL_TREE_SCRIPT = (
+    'tree() { for s in /proc/[0-9]*/stat; do read -r l < "$s" 2>/dev/null || continue; '
+    "r=${l##*) }; r=${r#* }; p=${r%% *}; "
+    'if [ "$p" = "$1" ]; then c=${s#/proc/}; tree "${c%/stat}"; fi; done; '
+    'kill -KILL "$1" 2>/dev/null; }; tree "$1"; true'
+)
+"""Kills ``$1`` and its descendants (found by parent PID in ``/proc``), children first."""
+
+
+def killable(command: list[str]) -> list[str]:
+    """``command`` wrapped so its PID is known and a timeout can kill it (needs ``sh``)."""
+    return ["sh", "-c", KILLABLE_WRAPPER, "sh", *command]
+
+
+class PidPrefix:
+    """Splits the wrapper's PID line off the front of the stderr stream.
+
+    Attributes:
+        pid: the remote PID once its line was read.
+    """
+
+    def __init__(self) -> None:
+        self.pid: str | None = None
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The part of ``chunk`` that is the command's own stderr."""
+        if self.pid is not None:
+            return chunk
+        self._buffer += chunk
+        line, sep, rest = self._buffer.partition(b"\n")
+        if not sep:
+            return b""
+        self.pid = line.decode("ascii", "replace").strip()
+        self._buffer = b""
+        return rest

@@ -184,10 +184,13 @@ class AsyncCommandExecutor:
 
         Args:
             command: the command line.
-            timeout: seconds before :class:`ExecTimeoutError`.
+            timeout: seconds before :class:`ExecTimeoutError`; the command (and what it
+                started) is then killed.
             stdin: bytes to feed it.
         """
-        return await self._sandbox.exec(["sh", "-c", command], timeout=timeout, stdin=stdin)
+        return await self._sandbox.exec(
+            ["sh", "-c", command], timeout=timeout, stdin=stdin, kill_on_timeout=True
+        )
 
 
 class AsyncFilesystem:
@@ -826,6 +829,7 @@ class AsyncSandboxClient:
         stdin: bytes | str | None = None,
         timeout: float | None = 60.0,
         on_output: Callable[[int, bytes], None] | None = None,
+        kill_on_timeout: bool = False,
     ) -> ExecResult:
         """Run ``command`` (argv) in the Sandbox through the Kubernetes exec API.
 
@@ -837,23 +841,32 @@ class AsyncSandboxClient:
             stdin: input for the command.
             timeout: seconds; ``None`` waits forever.
             on_output: called with ``(1 or 2, chunk)`` as output arrives (streaming).
+            kill_on_timeout: run the command under ``sh`` so its PID is known, and kill it
+                and its descendants when it outlives ``timeout`` (the image needs ``sh``).
 
         Returns:
             stdout, stderr and the exit code.
 
         Raises:
             ExecTimeoutError: the command outlived ``timeout``: the stream is closed and
-                control returns; the remote process may keep running unless it reads stdin or
-                writes to a closed pipe.
+                control returns. The exec API cannot signal a process, so without
+                ``kill_on_timeout`` the command may keep running in the container.
             ExecFailedError: the command could not run (e.g. not found).
             PermissionDeniedError: no ``create`` on ``pods/exec``.
         """
         data = stdin.encode() if isinstance(stdin, str) else stdin
         deadline = None if timeout is None else time.monotonic() + timeout
+        argv = list(command)
+        prefix = execproto.PidPrefix() if kill_on_timeout else None
         out: list[bytes] = []
         err: list[bytes] = []
+        timed_out = False
         async with self.exec_session(
-            name, command, namespace=namespace, container=container, stdin=data is not None
+            name,
+            execproto.killable(argv) if kill_on_timeout else argv,
+            namespace=namespace,
+            container=container,
+            stdin=data is not None,
         ) as session:
             if data is not None:
                 await session.write(data)
@@ -861,29 +874,59 @@ class AsyncSandboxClient:
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise ExecTimeoutError(
-                        f"command {list(command)!r} still running after {timeout:g}s",
-                        stdout=b"".join(out),
-                        stderr=b"".join(err),
-                    )
+                    timed_out = True
+                    break
                 try:
                     chunk = await session.read(remaining)
                 except TimeoutError:
                     continue
                 if chunk is None:
                     break
-                (out if chunk[0] == execproto.STDOUT else err).append(chunk[1])
+                channel, payload = chunk
+                if channel == execproto.STDERR and prefix is not None:
+                    payload = prefix.feed(payload)
+                    if not payload:
+                        continue
+                (out if channel == execproto.STDOUT else err).append(payload)
                 if on_output is not None:
-                    on_output(chunk[0], chunk[1])
+                    on_output(channel, payload)
+        if timed_out:
+            if prefix is not None and prefix.pid:
+                await self._kill(name, prefix.pid, namespace=namespace, container=container)
+            raise ExecTimeoutError(
+                f"command {argv!r} still running after {timeout:g}s"
+                + (" (killed)" if prefix is not None and prefix.pid else ""),
+                stdout=b"".join(out),
+                stderr=b"".join(err),
+            )
         if session.exit_code is None:
-            raise ExecFailedError(f"exec stream of {list(command)!r} ended without an exit status")
+            raise ExecFailedError(f"exec stream of {argv!r} ended without an exit status")
         return ExecResult(session.exit_code, b"".join(out), b"".join(err))
+
+    async def _kill(
+        self, name: str, pid: str, *, namespace: str | None, container: str | None
+    ) -> None:
+        """Kill a timed-out command and its descendants (best effort, errors logged)."""
+        if not pid.isdigit():
+            return
+        try:
+            await self.exec(
+                name,
+                ["sh", "-c", execproto.KILL_TREE_SCRIPT, "sh", pid],
+                namespace=namespace,
+                container=container,
+                timeout=15,
+            )
+        except SandboxError as err:
+            logger.warning("could not kill timed-out command (pid %s) in %s: %s", pid, name, err)
 
     async def run(
         self, name: str, command: str, *, namespace: str | None = None, timeout: float = 60.0
     ) -> ExecResult:
         """Run a shell command line (``sh -c command``)."""
-        return await self.exec(name, ["sh", "-c", command], namespace=namespace, timeout=timeout)
+        return await self.exec(
+            name, ["sh", "-c", command], namespace=namespace, timeout=timeout, kill_on_timeout=True
+        )
 
     async def read_file(
         self, name: str, path: str, *, namespace: str | None = None, timeout: float | None = 300.0
