@@ -17,6 +17,7 @@ from typing import Any
 from wsproto.events import BytesMessage, CloseConnection
 
 from kube_agent_sandbox.sdk import readiness
+from kube_agent_sandbox.sdk._async.client import AsyncSandboxClient
 from kube_agent_sandbox.sdk._sync.client import SandboxClient
 from kube_agent_sandbox.sdk.constants import PODS
 from kube_agent_sandbox.sdk.errors import SandboxError, SandboxPortForwardError
@@ -37,8 +38,11 @@ class PortForward:
         with PortForward(client, "my-sandbox", 8888) as forward:
             httpx.get(f"http://127.0.0.1:{forward.local_port}/")
 
+    An :class:`AsyncSandboxClient` may be given too: the forwarder then opens its own sync
+    connection with the same configuration (its threads never block the event loop).
+
     Args:
-        client: a sync client.
+        client: a sync or async client.
         name: the Sandbox.
         remote_port: the port inside the Pod.
         local_port: the local port (``0``: any free port).
@@ -51,7 +55,7 @@ class PortForward:
 
     def __init__(
         self,
-        client: SandboxClient,
+        client: SandboxClient | AsyncSandboxClient,
         name: str,
         remote_port: int,
         *,
@@ -63,6 +67,12 @@ class PortForward:
             raise ValueError(f"remote port must be 1-65535, got {remote_port}")
         if not 0 <= local_port <= 65535:
             raise ValueError(f"local port must be 0-65535, got {local_port}")
+        self._owned: SandboxClient | None = None
+        if isinstance(client, AsyncSandboxClient):
+            self._owned = SandboxClient(
+                client._config, namespace=client.namespace, context=client._context
+            )
+            client = self._owned
         self.client = client
         self.name = name
         self.remote_port = remote_port
@@ -116,6 +126,8 @@ class PortForward:
             self._server = None
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._owned is not None:
+            self._owned.close()
 
     def serve_forever(self) -> None:
         """Block until interrupted (the CLI's ``port-forward``)."""
