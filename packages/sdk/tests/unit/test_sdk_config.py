@@ -39,6 +39,15 @@ def test_explicit_config() -> None:
     assert insecure.namespace == "default"
 
 
+def test_bad_tls_files_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="TLS"):
+        ClusterConfig.explicit("https://api", ca_file=str(tmp_path / "missing.crt"))
+    bad = tmp_path / "bad.crt"
+    bad.write_text("not a certificate")
+    with pytest.raises(ConfigError, match="TLS"):
+        ClusterConfig.explicit("https://api", client_cert=(str(bad), str(bad)))
+
+
 def test_kubeconfig_contexts_and_namespace(tmp_path: Path) -> None:
     path = tmp_path / "config"
     path.write_text(yaml.safe_dump(KUBECONFIG))

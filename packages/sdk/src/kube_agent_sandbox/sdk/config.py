@@ -87,9 +87,12 @@ class ClusterConfig:
 
 
 def _ssl_context(ca_file: str | None, client_cert: tuple[str, str] | None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=ca_file)
-    if client_cert is not None:
-        context.load_cert_chain(client_cert[0], client_cert[1])
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+        if client_cert is not None:
+            context.load_cert_chain(client_cert[0], client_cert[1])
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"cannot load TLS files: {err}") from err
     return context
 
 

@@ -180,7 +180,12 @@ class KubeApi:
                 for line in response.iter_lines():
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    try:
+                        event = json.loads(line)
+                    except ValueError as err:
+                        raise ApiRequestError(
+                            f"watch {resource}: bad event {line[:200]!r}"
+                        ) from err
                     kind = str(event.get("type") or "")
                     obj = event.get("object") or {}
                     if kind == "ERROR":
