@@ -126,10 +126,11 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def generate(session: nox.Session) -> None:
-    """Rewrite every generated file (CRDs, RBAC)."""
+    """Rewrite every generated file (CRDs, RBAC, the sync SDK)."""
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen")
+    _uv_run(session, "python", "scripts/unasync_sdk.py")
 
 
 @nox.session(name="check-generated")
@@ -138,6 +139,7 @@ def check_generated(session: nox.Session) -> None:
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen", "--check")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen", "--check")
+    _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
 
 
 @nox.session
@@ -186,6 +188,15 @@ def build(session: nox.Session) -> None:
                 session.run(
                     str(venv / "bin" / "agent-sandbox-controller"), "--version", external=True
                 )
+            if package == "sdk":
+                session.run(str(venv / "bin" / "agent-sandbox"), "--help", external=True)
+                # the SDK alone must not pull in the controller
+                session.run(
+                    python, "-c",
+                    "import importlib.util as u; "
+                    "assert u.find_spec('kube_agent_sandbox.controller') is None",
+                    external=True,
+                )  # fmt: skip
     session.log(f"built and checked: {', '.join(sorted(p.name for p in dist.iterdir()))}")
 
 

@@ -1,0 +1,1 @@
+"""The synchronous SDK, generated from ``_async`` by scripts/unasync_sdk.py (do not edit)."""
