@@ -7,12 +7,14 @@ from collections.abc import Callable
 
 import pytest
 
+from kube_agent_sandbox.controller.runtime.client import error_from_status
 from kube_agent_sandbox.controller.runtime.controller import Controller
 from kube_agent_sandbox.controller.runtime.fake import FakeApi
 from kube_agent_sandbox.controller.runtime.informer import Informer
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
 from kube_agent_sandbox.controller.runtime.ratelimit import ItemExponentialBackoff
 from kube_agent_sandbox.controller.runtime.types import (
+    ApiError,
     Obj,
     Request,
     Resource,
@@ -258,6 +260,42 @@ async def test_terminal_error_is_not_requeued() -> None:
         sample(metrics, "controller_runtime_terminal_reconcile_errors_total", controller="parent")
         == 1
     )
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 1
+
+
+def _namespace_terminating() -> ApiError:
+    status = {
+        "kind": "Status",
+        "code": 403,
+        "reason": "Forbidden",
+        "message": 'sandboxes "p-x" is forbidden: unable to create new content in namespace ns '
+        "because it is being terminated",
+        "details": {"causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace"}]},
+    }
+    return error_from_status(403, status)
+
+
+async def test_namespace_terminating_ends_the_work_without_an_error() -> None:
+    metrics = RuntimeMetrics()
+    rec = ScriptedReconciler()
+    ctrl = make(rec, metrics)
+    req = Request("ns", "p")
+    rec.outcomes[req] = [_namespace_terminating()]
+    await run_one(ctrl, rec, req)
+    assert ctrl.queue.delayed() == frozenset()
+    assert len(ctrl.queue) == 0
+    assert ctrl.queue.num_requeues(req) == 0
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 0
+
+
+async def test_other_forbidden_errors_are_still_retried() -> None:
+    metrics = RuntimeMetrics()
+    rec = ScriptedReconciler()
+    ctrl = make(rec, metrics)
+    req = Request("ns", "p")
+    rec.outcomes[req] = [error_from_status(403, {"kind": "Status", "code": 403})]
+    await run_one(ctrl, rec, req)
+    assert ctrl.queue.num_requeues(req) == 1
     assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 1
 
 

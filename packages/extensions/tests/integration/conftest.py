@@ -9,6 +9,7 @@ on ``sys.path`` for the helper module.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def extensions_controller(
     options = getattr(request.cls, "controller_options", None) or ControllerOptions(extensions=True)
     names = getattr(request.cls, "extensions", ALL_EXTENSIONS)
     started: list[Any] = []
-    start_extensions_controller(
+    running = start_extensions_controller(
         controller_runner,
         rootpath=request.config.rootpath,
         namespace=namespace,
@@ -44,4 +45,13 @@ def extensions_controller(
         names=names,
         started=started,
     )
+    # The controllers start on their own thread: hand the test their objects once they exist.
+    deadline = time.monotonic() + 60
+    while len(started) < 1 + len(names):
+        if running.error is not None or not running.alive():
+            running.stop()  # re-raises what ended it
+            raise RuntimeError("the extension controllers exited while starting")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"extension controllers not set up within 60 s: {names}")
+        time.sleep(0.05)
     return started

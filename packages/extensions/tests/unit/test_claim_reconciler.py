@@ -783,3 +783,20 @@ async def test_tracing_stamps_claim_and_copies_context_to_sandbox() -> None:
     # the cold Sandbox, created in the same pass, carries the context already
     sandbox = w.get(SANDBOXES, "claim")
     assert sandbox["metadata"]["annotations"][c.ANNOTATION_TRACE_CONTEXT] == trace
+
+
+async def test_cold_create_in_a_terminating_namespace_ends_the_work() -> None:
+    """The namespace is being deleted: the runtime's end-of-work error, no status written."""
+    w = World()
+    w.claim()
+    terminating = ApiError(
+        403,
+        "Forbidden",
+        "unable to create new content in namespace ns because it is being terminated",
+        {"details": {"causes": [{"reason": "NamespaceTerminating"}]}},
+    )
+    w.api.fail("create", "sandboxes", terminating)
+    with pytest.raises(ApiError) as caught:
+        await w.reconcile()
+    assert caught.value.namespace_terminating
+    assert "status" not in w.get(SANDBOX_CLAIMS, "claim")

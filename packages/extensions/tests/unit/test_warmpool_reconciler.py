@@ -578,3 +578,19 @@ async def test_an_unknown_update_strategy_reads_as_on_replenish(
         await world.reconcile()
     assert world.deletes() == []
     assert "unknown warm pool update strategy" in caplog.text
+
+
+async def test_creates_refused_by_a_terminating_namespace_end_the_work() -> None:
+    """Raised as the API's own error, which the runtime treats as done rather than retried."""
+    world = World(replicas=2)
+    terminating = ApiError(
+        403,
+        "Forbidden",
+        "unable to create new content in namespace ns because it is being terminated",
+        {"details": {"causes": [{"reason": "NamespaceTerminating"}]}},
+    )
+    world.api.fail("create", "sandboxes", terminating)
+    with pytest.raises(ApiError) as caught:
+        await world.reconcile()
+    assert caught.value.namespace_terminating
+    assert not isinstance(caught.value, WarmPoolReconcileError)

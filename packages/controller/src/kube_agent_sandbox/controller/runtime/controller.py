@@ -25,6 +25,7 @@ from kube_agent_sandbox.controller.runtime.objects import (
 )
 from kube_agent_sandbox.controller.runtime.ratelimit import RateLimiter
 from kube_agent_sandbox.controller.runtime.types import (
+    ApiError,
     Mapper,
     Obj,
     Predicate,
@@ -262,6 +263,18 @@ class Controller:
                 self._m_active.dec()
                 self.queue.done(req)
 
+    def _reconcile_failed(self, req: Request, exc: BaseException) -> None:
+        """Count a failed reconcile and retry it with the per-key backoff."""
+        self._m_errors.inc()
+        self._m_result["error"].inc()
+        self.queue.add_rate_limited(req)
+        logger.error(
+            "Reconciler error: %s",
+            exc,
+            exc_info=exc,
+            extra={"controller": self.name, "request": str(req)},
+        )
+
     async def reconcile_one(self, req: Request) -> None:
         """Reconcile one request and requeue it as the outcome asks (never raises)."""
         started = time.monotonic()
@@ -280,21 +293,25 @@ class Controller:
                 exc,
                 extra={"controller": self.name, "request": str(req)},
             )
+        except ApiError as exc:
+            if not exc.namespace_terminating:
+                self._reconcile_failed(req, exc)
+                return
+            # Its namespace is going away with everything in it: done, not an error.
+            self.queue.forget(req)
+            self._m_result["success"].inc()
+            logger.info(
+                "namespace is terminating, nothing more to do: %s",
+                exc.message,
+                extra={"controller": self.name, "request": str(req)},
+            )
         except (asyncio.CancelledError, Exception) as exc:
             task = asyncio.current_task()
             if isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling()):
                 raise  # this worker is being stopped
             # (a CancelledError of some awaited task that was cancelled by someone else is an
             # error of this reconcile: retried, and it must not end the worker)
-            self._m_errors.inc()
-            self._m_result["error"].inc()
-            self.queue.add_rate_limited(req)
-            logger.error(
-                "Reconciler error: %s",
-                exc,
-                exc_info=True,
-                extra={"controller": self.name, "request": str(req)},
-            )
+            self._reconcile_failed(req, exc)
         else:
             if result.requeue_after is not None and result.requeue_after > 0:
                 self.queue.forget(req)

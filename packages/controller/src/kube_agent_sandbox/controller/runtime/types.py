@@ -91,6 +91,21 @@ class ApiError(Exception):
     def gone(self) -> bool:
         return self.status == 410
 
+    @property
+    def namespace_terminating(self) -> bool:
+        """A create refused because its namespace is being deleted (cause NamespaceTerminating).
+
+        Nothing can be created there any more and the namespace's deletion removes what is
+        left, so controllers treat it as the end of the work, as client-go's controllers do.
+        """
+        if self.status != 403:
+            return False
+        causes = (self.body.get("details") or {}).get("causes") or ()
+        return any(
+            isinstance(cause, dict) and cause.get("reason") == "NamespaceTerminating"
+            for cause in causes
+        )
+
 
 class Reconciler(Protocol):
     """Level-triggered: converge the object named by ``request``; safe to call any time."""

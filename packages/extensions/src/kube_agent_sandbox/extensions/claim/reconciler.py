@@ -272,8 +272,13 @@ class ClaimReconciler:
             else:
                 sandbox = await self._reconcile_active(work, now)
         except ClaimError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ApiError) and cause.namespace_terminating:
+                raise cause from None  # nothing can be created: the runtime ends the work
             error = exc
         except ApiError as exc:
+            if exc.namespace_terminating:
+                raise
             error = ReconcilerError(str(exc))
         try:
             await self._flush_annotations(work)

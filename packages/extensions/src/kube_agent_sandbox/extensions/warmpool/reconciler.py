@@ -80,6 +80,10 @@ DEFAULT_GRACE: Final = 300.0
 DEFAULT_RECHECK: Final = 60.0
 
 
+def _namespace_terminating(error: BaseException) -> bool:
+    return isinstance(error, ApiError) and error.namespace_terminating
+
+
 class WarmPoolReconcileError(Exception):
     """One or more writes of a pass failed; the pass is retried with backoff."""
 
@@ -315,6 +319,9 @@ class WarmPoolReconciler:
         self._signal_progress(run, desired)
 
         if run.errors:
+            terminating = [e for e in run.errors if _namespace_terminating(e)]
+            if len(terminating) == len(run.errors):
+                raise terminating[0]  # its namespace is going away: the runtime ends the work
             raise WarmPoolReconcileError(run.errors)
         await self._write_status(pool, status)
         return Result(requeue_after=run.requeue.after)
