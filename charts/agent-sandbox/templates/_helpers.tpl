@@ -21,17 +21,34 @@ carry this name too, so two releases never share a ClusterRole.
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{- define "agent-sandbox.selectorLabels" -}}
+{{/* Labels that identify the release; "component" is added per object. */}}
+{{- define "agent-sandbox.releaseLabels" -}}
 app.kubernetes.io/name: {{ include "agent-sandbox.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "agent-sandbox.selectorLabels" -}}
+{{ include "agent-sandbox.releaseLabels" . }}
 app.kubernetes.io/component: controller
 {{- end -}}
 
+{{/* Labels of every object but the Services (see serviceLabels). */}}
 {{- define "agent-sandbox.labels" -}}
+{{ include "agent-sandbox.commonLabels" . }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "agent-sandbox.commonLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "agent-sandbox.selectorLabels" . }}
+{{ include "agent-sandbox.releaseLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Labels of a Service: (list . "metrics") or (list . "webhook"), so a ServiceMonitor can tell them apart. */}}
+{{- define "agent-sandbox.serviceLabels" -}}
+{{ include "agent-sandbox.commonLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{/* Namespace of the leader-election Lease (and of the Role that grants it). */}}
