@@ -344,7 +344,8 @@ def test_pod_placement_and_pull_settings(helm: Helm) -> None:
         "podAnnotations": {"a": "b"},
         "podLabels": {"team": "platform"},
         "podSecurityContext": {"runAsUser": 1000},
-        "resources": {"requests": {"cpu": "1"}, "limits": None},
+        # Maps merge with the defaults: null removes a default key.
+        "resources": {"requests": {"cpu": "1", "memory": None}, "limits": None},
         "env": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel:4317"}],
         "fullnameOverride": "sandboxes",
     }
