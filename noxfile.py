@@ -87,7 +87,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def testenv(session: nox.Session) -> None:
-    """Build the local cluster's binaries (etcd, Kubernetes, kwok) into the cache."""
+    """Build the local cluster's binaries (etcd, Kubernetes, kwok) into the cache.
+
+    ``nox -s testenv -- --with-helm`` adds helm, ``-- --only helm`` builds helm alone.
+    """
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", *session.posargs)
 
@@ -96,7 +99,8 @@ def testenv(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Integration tests against a real kube-apiserver (local cluster by default)."""
     _sync(session)
-    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py).
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-helm")
     _pytest_exit_ok(session, "-p", "no:randomly", *INTEGRATION_TESTS)
 
 
@@ -104,7 +108,9 @@ def integration(session: nox.Session) -> None:
 def e2e(session: nox.Session) -> None:
     """End-to-end tests: controller deployed in the cluster, driven through kubectl and the API."""
     _sync(session)
-    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-node")
+    _uv_run(
+        session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-node", "--with-helm"
+    )
     _pytest_exit_ok(session, "e2e")
 
 

@@ -16,7 +16,7 @@ from kube_agent_sandbox.api.crdgen import (
     model_schema,
     render_all,
 )
-from kube_agent_sandbox.api.crdgen.__main__ import default_output_dir, main
+from kube_agent_sandbox.api.crdgen.__main__ import default_chart_crds_dir, default_output_dir, main
 from kube_agent_sandbox.api.markers import CELRule, ListType, PrinterColumn, Subresources
 from kube_agent_sandbox.api.registry import KINDS, kind_info
 from kube_agent_sandbox.api.resources import ResourceNames
@@ -56,6 +56,38 @@ def test_write_then_check_then_detect_staleness(
 def test_default_output_dir_finds_the_repository(tmp_path: Path) -> None:
     assert default_output_dir(_REPO / "packages" / "api-types") == _REPO / "manifests" / "crds"
     assert default_output_dir(tmp_path) == tmp_path / "manifests" / "crds"
+
+
+def test_default_chart_dir_is_the_charts_crds_folder(tmp_path: Path) -> None:
+    chart = _REPO / "charts" / "agent-sandbox" / "crds"
+    assert default_chart_crds_dir(_REPO / "packages" / "api-types") == chart
+    assert default_chart_crds_dir(tmp_path) == tmp_path / "charts" / "agent-sandbox" / "crds"
+
+
+def test_committed_chart_crds_are_fresh_copies(capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _REPO / "charts" / "agent-sandbox" / "crds"
+    assert main(["--check", "--chart-dir", str(chart)]) == 0
+    assert "up to date" in capsys.readouterr().out
+    manifests = _REPO / "manifests" / "crds"
+    assert sorted(p.name for p in chart.glob("*.yaml")) == sorted(render_all())
+    for path in chart.glob("*.yaml"):
+        assert path.read_bytes() == (manifests / path.name).read_bytes()
+
+
+def test_chart_dir_selects_its_target_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifests, chart = tmp_path / "manifests", tmp_path / "chart"
+    assert main(["--chart-dir", str(chart)]) == 0
+    assert sorted(p.name for p in chart.iterdir()) == sorted(render_all())
+    assert not manifests.exists()
+    assert main(["--output-dir", str(manifests), "--chart-dir", str(chart)]) == 0
+    assert sorted(p.name for p in manifests.iterdir()) == sorted(render_all())
+    stale = next(chart.iterdir())
+    stale.write_text(stale.read_text() + "# edited\n")
+    capsys.readouterr()
+    assert main(["--check", "--output-dir", str(manifests), "--chart-dir", str(chart)]) == 1
+    assert f"{stale.name}: stale" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kube_agent_sandbox.controller import rbacgen
 from kube_agent_sandbox.controller.config import parse_args, validate
+from kube_agent_sandbox.controller.rbac import normalize_rules
 from kube_agent_sandbox.testing.access import ClusterAccess
 
 pytestmark = pytest.mark.integration
@@ -143,7 +145,12 @@ def test_extensions_overlay_turns_extensions_on(cluster: ClusterAccess) -> None:
     assert volume["configMap"] == {"name": "agent-sandbox-config", "optional": True}
     binding = objects[("ClusterRoleBinding", "agent-sandbox-controller-extensions")]
     assert binding["roleRef"]["name"] == "agent-sandbox-controller-extensions"
-    assert ("ClusterRole", "agent-sandbox-controller-extensions") in objects
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "agent-sandbox-controller", "namespace": NAMESPACE}
+    ]
+    # The rules the extension controllers declare, as rbacgen wrote them.
+    role = objects[("ClusterRole", "agent-sandbox-controller-extensions")]
+    assert normalize_rules(role.get("rules") or []) == rbacgen.extension_rules()
 
 
 def test_image_is_overridable(cluster: ClusterAccess, tmp_path: Path) -> None:

@@ -297,3 +297,99 @@ def test_plugin_import_failure_is_reported() -> None:
     entry = metadata.EntryPoint("gone", "no_such_module_xyz:thing", "kube_agent_sandbox.extensions")
     with pytest.raises(PluginError, match="cannot load plugin gone"):
         load_plugins([entry])
+
+
+# --- the Helm chart's copies of the rules --------------------------------------------------------
+
+CHART = REPO / "charts" / "agent-sandbox"
+CHART_FILES = (
+    rbacgen.CHART_CONTROLLER_FILE,
+    rbacgen.CHART_LEADER_ELECTION_FILE,
+    rbacgen.CHART_WEBHOOK_FILE,
+    rbacgen.CHART_EXTENSIONS_FILE,
+)
+
+
+def _role_rules(path: Path) -> list[PolicyRule]:
+    document = yaml.safe_load(path.read_text())
+    return normalize_rules(document["rules"])
+
+
+def _list_rules(path: Path) -> list[PolicyRule]:
+    rules = yaml.safe_load(path.read_text())
+    assert isinstance(rules, list)
+    return normalize_rules(rules)
+
+
+def test_chart_dir_alone_writes_only_the_chart_files(tmp_path: Path) -> None:
+    assert rbacgen.main(["--chart-dir", str(tmp_path)]) == 0
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.yaml"))
+    assert written == sorted(CHART_FILES)
+    for name in CHART_FILES:
+        assert (tmp_path / name).read_text().startswith(rbacgen.CHART_HEADER)
+    assert rbacgen.main(["--check", "--chart-dir", str(tmp_path)]) == 0
+
+
+def test_both_dirs_given_write_both(tmp_path: Path) -> None:
+    manifests, chart = tmp_path / "rbac", tmp_path / "chart"
+    assert rbacgen.main(["--output-dir", str(manifests), "--chart-dir", str(chart)]) == 0
+    assert (manifests / rbacgen.CORE_FILE).is_file()
+    assert (chart / rbacgen.CHART_CONTROLLER_FILE).is_file()
+
+
+def test_check_fails_on_stale_chart_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert rbacgen.main(["--chart-dir", str(tmp_path)]) == 0
+    lease = tmp_path / rbacgen.CHART_LEADER_ELECTION_FILE
+    lease.write_text(lease.read_text().replace("  - update\n", ""))
+    capsys.readouterr()
+    assert rbacgen.main(["--check", "--chart-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "+  - update" in err
+    assert "RBAC manifests are stale" in err
+    (tmp_path / rbacgen.CHART_EXTENSIONS_FILE).unlink()
+    assert rbacgen.main(["--check", "--chart-dir", str(tmp_path)]) == 1
+    assert "missing" in capsys.readouterr().err
+
+
+def test_committed_chart_files_are_current() -> None:
+    assert rbacgen.main(["--check", "--chart-dir", str(CHART)]) == 0
+
+
+def test_find_chart_dir(tmp_path: Path) -> None:
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    assert rbacgen.find_chart_dir(tmp_path) == tmp_path / "charts" / "agent-sandbox"
+
+
+def test_chart_grants_what_the_manifests_grant(tmp_path: Path) -> None:
+    """Same permissions as the kustomize roles, only the Lease moves to a namespaced Role."""
+    assert rbacgen.main(["--output-dir", str(tmp_path / "m"), "--chart-dir", str(tmp_path)]) == 0
+    manifests = tmp_path / "m"
+    cluster = _list_rules(tmp_path / rbacgen.CHART_CONTROLLER_FILE)
+    lease = _list_rules(tmp_path / rbacgen.CHART_LEADER_ELECTION_FILE)
+    assert not {a for a in _as_set(cluster) if a[1] == "leases"}
+    assert {a[1] for a in _as_set(lease)} == {"leases"}
+    assert _as_set(cluster) | _as_set(lease) == _as_set(_role_rules(manifests / rbacgen.CORE_FILE))
+    assert _list_rules(tmp_path / rbacgen.CHART_WEBHOOK_FILE) == _role_rules(
+        manifests / rbacgen.WEBHOOK_FILE
+    )
+    assert _list_rules(tmp_path / rbacgen.CHART_EXTENSIONS_FILE) == _role_rules(
+        manifests / rbacgen.EXTENSIONS_FILE
+    )
+
+
+def test_chart_follows_the_extension_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules a plugin declares reach the chart's extensions file without a hand edit."""
+    declared = [rule("extensions.agents.x-k8s.io", "sandboxclaims", ("get", "watch"))]
+    monkeypatch.setattr(rbacgen, "extension_rules", lambda: normalize_rules(declared))
+    files = {f.path: f.content or "" for f in rbacgen.render_chart(rbacgen.chart_rules())}
+    listed = yaml.safe_load(files[rbacgen.CHART_EXTENSIONS_FILE])
+    assert normalize_rules(listed) == normalize_rules(declared)
+
+
+def test_chart_templates_include_every_generated_file() -> None:
+    templates = "".join(p.read_text() for p in (CHART / "templates").glob("*"))
+    for name in CHART_FILES:
+        assert f'.Files.Get "{name}"' in templates, name

@@ -1,11 +1,12 @@
 """Build the local test cluster's binaries from Go modules into a cache outside the repository.
 
 There is no container engine or release download on the machines that test this project, but
-the Go module proxy is reachable, so etcd, the Kubernetes components and kwok are compiled from
-their modules at the versions pinned in ``versions.py``. The build is idempotent: a binary that
-is present and reports the pinned version is never rebuilt.
+the Go module proxy is reachable, so etcd, the Kubernetes components, kwok and (for the Helm
+chart's tests) helm are compiled from their modules at the versions pinned in ``versions.py``.
+The build is idempotent: a binary that is present and reports the pinned version is never
+rebuilt.
 
-Usage: ``python -m kube_agent_sandbox.testing.build [--with-node]``
+Usage: ``python -m kube_agent_sandbox.testing.build [--with-node] [--with-helm] [--only helm]``
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def _go_env() -> dict[str, str]:
 
 def _version_output(binary: Path) -> str:
     # etcd and kwok take --version; the Kubernetes binaries take --version too, but kubectl
-    # wants `version --client`.
-    args = ["version", "--client"] if binary.name == "kubectl" else ["--version"]
+    # wants `version --client` and helm `version`.
+    args = {"kubectl": ["version", "--client"], "helm": ["version"]}.get(binary.name, ["--version"])
     try:
         out = subprocess.run(
             [str(binary), *args], capture_output=True, text=True, timeout=30, check=False
@@ -221,6 +222,35 @@ def build_kwok(bin_dir: Path) -> None:
     )
 
 
+def build_helm(bin_dir: Path) -> None:
+    """Install the helm CLI (no replace directives), stamping the pinned version into it.
+
+    Without the stamp a module build reports only ``<major>.<minor>`` as its version.
+    """
+    if _has_version(bin_dir / "helm", versions.HELM_VERSION):
+        _log(f"helm {versions.HELM_VERSION} present")
+        return
+    env = _go_env()
+    env["GOBIN"] = str(bin_dir)
+    env.pop("GOFLAGS", None)
+    stamp = f"-s -w -X {versions.HELM_MODULE}/internal/version.version={versions.HELM_VERSION}"
+    _run_go(
+        [
+            "install",
+            "-v",
+            "-trimpath",
+            "-ldflags",
+            stamp,
+            f"{versions.HELM_MODULE}/cmd/helm@{versions.HELM_VERSION}",
+        ],
+        cwd=bin_dir,
+        env=env,
+        what="helm",
+    )
+    if not _has_version(bin_dir / "helm", versions.HELM_VERSION):
+        raise BuildError(f"{bin_dir / 'helm'} does not report version {versions.HELM_VERSION}")
+
+
 def kwok_stage_dir() -> Path:
     """kwok's stock Stage definitions, read from the Go module cache (never copied)."""
     modcache = subprocess.run(
@@ -229,11 +259,40 @@ def kwok_stage_dir() -> Path:
     return Path(modcache) / f"sigs.k8s.io/kwok@{versions.KWOK_VERSION}" / "kustomize" / "stage"
 
 
-def build_all(*, with_node: bool) -> Path:
+COMPONENTS = ("etcd", "kwok", "kubernetes", "helm")
+"""What ``--only`` can select."""
+
+
+def build_only(names: Sequence[str], *, with_node: bool = False) -> Path:
+    """Build just the named components (see :data:`COMPONENTS`) and return the binary directory.
+
+    Raises:
+        BuildError: a name is not a component, or a build fails.
+    """
+    unknown = sorted(set(names) - set(COMPONENTS))
+    if unknown:
+        raise BuildError(f"unknown component(s) {', '.join(unknown)}; choose from {COMPONENTS}")
+    bin_dir = versions.bin_dir()
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    if "etcd" in names:
+        build_etcd(bin_dir)
+    if "kwok" in names:
+        build_kwok(bin_dir)
+    if "kubernetes" in names:
+        extra = list(versions.NODE_BINARIES) if with_node else []
+        build_kubernetes(bin_dir, [*versions.KUBERNETES_BINARIES, *extra])
+    if "helm" in names:
+        build_helm(bin_dir)
+    return bin_dir
+
+
+def build_all(*, with_node: bool, with_helm: bool = False) -> Path:
     """Build everything that is missing and return the binary directory."""
     bin_dir = versions.bin_dir()
     bin_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    if with_helm:
+        build_helm(bin_dir)
     build_etcd(bin_dir)
     build_kwok(bin_dir)
     names = list(versions.KUBERNETES_BINARIES)
@@ -255,9 +314,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--with-node", action="store_true", help="also build kubelet and kube-proxy"
     )
+    parser.add_argument(
+        "--with-helm", action="store_true", help="also build helm (the Helm chart's tests)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=COMPONENTS,
+        default=None,
+        help="build only this component (repeatable)",
+    )
     args = parser.parse_args(argv)
     try:
-        build_all(with_node=args.with_node)
+        if args.only:
+            build_only(args.only, with_node=args.with_node)
+        else:
+            build_all(with_node=args.with_node, with_helm=args.with_helm)
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

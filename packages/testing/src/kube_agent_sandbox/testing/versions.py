@@ -15,6 +15,10 @@ KUBERNETES_VERSION = "v1.36.3"
 KUBERNETES_STAGING_VERSION = "v0.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+# The Helm CLI, for the chart's tests (charts/agent-sandbox). Built from its Go module into the
+# same directory; a bump rebuilds helm only (its version is checked, not part of the path).
+HELM_VERSION = "v4.3.2"
+HELM_MODULE = "helm.sh/helm/v4"
 
 KUBERNETES_BINARIES = (
     "kube-apiserver",

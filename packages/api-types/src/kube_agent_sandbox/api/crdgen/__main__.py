@@ -1,8 +1,11 @@
-"""``python -m kube_agent_sandbox.api.crdgen [--check] [--output-dir DIR]``.
+"""``python -m kube_agent_sandbox.api.crdgen [--check] [--output-dir DIR] [--chart-dir DIR]``.
 
 Writes one CRD file per kind into ``manifests/crds`` of the repository (found by walking up
-from the working directory), or with ``--check`` compares instead and exits 1, printing a diff
-summary, when a file is missing or differs.
+from the working directory) and the same files into the Helm chart's ``crds/`` folder
+(``charts/agent-sandbox/crds``, where Helm installs CRDs from), or with ``--check`` compares
+instead and exits 1, printing a diff summary, when a file is missing or differs.
+``--output-dir`` and ``--chart-dir`` each select their target; with neither, both defaults
+are handled.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ def default_output_dir(start: Path | None = None) -> Path:
         if (directory / "manifests").is_dir():
             return directory / "manifests" / "crds"
     return here / "manifests" / "crds"
+
+
+def default_chart_crds_dir(start: Path | None = None) -> Path:
+    """The Helm chart's ``crds/`` beside the ``manifests/`` of :func:`default_output_dir`."""
+    return default_output_dir(start).parents[1] / "charts" / "agent-sandbox" / "crds"
 
 
 def _diff_summary(name: str, old: str, new: str) -> str:
@@ -76,11 +84,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="fail if files on disk are stale")
     parser.add_argument("--output-dir", type=Path, default=None, help="default: manifests/crds")
+    parser.add_argument(
+        "--chart-dir",
+        type=Path,
+        default=None,
+        help="CRD folder of the Helm chart (default: charts/agent-sandbox/crds)",
+    )
     args = parser.parse_args(argv)
-    output_dir: Path = args.output_dir or default_output_dir()
+    targets: list[Path] = []
+    if args.output_dir is not None or args.chart_dir is None:
+        targets.append(args.output_dir or default_output_dir())
+    if args.chart_dir is not None or args.output_dir is None:
+        targets.append(args.chart_dir or default_chart_crds_dir())
     rendered = render_all()
     if args.check:
-        problems = check(output_dir, rendered)
+        problems = [problem for target in targets for problem in check(target, rendered)]
         for problem in problems:
             sys.stderr.write(problem + "\n")
         if problems:
@@ -88,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(problems)} CRD file(s) stale; run python -m kube_agent_sandbox.api.crdgen\n"
             )
             return 1
-        sys.stdout.write(f"{len(rendered)} CRD files in {output_dir} are up to date\n")
+        for target in targets:
+            sys.stdout.write(f"{len(rendered)} CRD files in {target} are up to date\n")
         return 0
-    written = write(output_dir, rendered)
-    sys.stdout.write(f"wrote {len(written)} of {len(rendered)} CRD files to {output_dir}\n")
+    for target in targets:
+        written = write(target, rendered)
+        sys.stdout.write(f"wrote {len(written)} of {len(rendered)} CRD files to {target}\n")
     return 0
 
 

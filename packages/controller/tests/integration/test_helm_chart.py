@@ -1,0 +1,638 @@
+"""The Helm chart (charts/agent-sandbox) against helm and a real API server.
+
+``helm lint`` and ``helm template`` with the default values and the documented variants
+(extensions on, ServiceMonitor/PrometheusRule on, two replicas, every typed flag set); the
+rendered Deployment's arguments go through the controller's own flag parser; the values schema
+refuses bad values before anything renders; then the rendering is applied server-side to the
+local cluster and the ServiceAccount's permissions are checked with SubjectAccessReviews.
+
+The local cluster has no Prometheus Operator: the test installs minimal
+``monitoring.coreos.com/v1`` ServiceMonitor and PrometheusRule CRDs (typed schemas of the fields
+the chart uses, no preserve-unknown-fields), so an object the API server prunes shows up as a
+difference between what was rendered and what was stored.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from kube_agent_sandbox.controller import __version__, rbacgen
+from kube_agent_sandbox.controller.config import parse_args, validate
+from kube_agent_sandbox.controller.rbac import PolicyRule, normalize_rules
+from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.helm import Helm, find_helm, parse_documents
+from kube_agent_sandbox.testing.plugin import unavailable
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[4]
+CHART = REPO / "charts" / "agent-sandbox"
+RELEASE = "agent-sandbox"
+NAMESPACE = "agent-sandbox-system"
+NAME = "agent-sandbox-controller"
+LEASE = "a3317529.agent-sandbox.x-k8s.io"
+
+Objects = dict[tuple[str, str], dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory, cluster: ClusterAccess) -> Helm:
+    """The pinned helm, talking to the test cluster."""
+    binary = find_helm()
+    if binary is None:
+        unavailable("helm not found: run `nox -s testenv -- --only helm` (or put helm on PATH)")
+    return Helm(binary, state_dir=tmp_path_factory.mktemp("helm"), kubeconfig=cluster.kubeconfig)
+
+
+def _render(
+    helm: Helm,
+    values: dict[str, Any] | None = None,
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> Objects:
+    text = helm.template(CHART, release=release, namespace=namespace, values=values).stdout
+    return {(d["kind"], d["metadata"]["name"]): d for d in parse_documents(text)}
+
+
+def _container(objects: Objects, name: str = NAME) -> dict[str, Any]:
+    (container,) = objects[("Deployment", name)]["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def _rules(path: str) -> list[PolicyRule]:
+    return normalize_rules(yaml.safe_load((CHART / path).read_text()))
+
+
+# --- lint and default rendering -----------------------------------------------------------------
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "extensions": {"controller": {"extensions": True}},
+    "monitoring": {
+        "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    },
+    "replicas": {"replicaCount": 2},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_lint(helm: Helm, variant: str, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(VARIANTS[variant]))
+    result = helm.run("lint", "--strict", str(CHART), "--values", str(values), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_chart_version_is_the_project_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["appVersion"] == __version__
+
+
+def test_defaults(helm: Helm) -> None:
+    objects = _render(helm)
+    assert set(objects) == {
+        ("ServiceAccount", NAME),
+        ("ClusterRole", NAME),
+        ("ClusterRoleBinding", NAME),
+        ("Role", NAME),
+        ("RoleBinding", NAME),
+        ("Role", f"{NAME}-leader-election"),
+        ("RoleBinding", f"{NAME}-leader-election"),
+        ("Service", "agent-sandbox-controller"),
+        ("Service", "agent-sandbox-webhook-service"),
+        ("Deployment", NAME),
+    }
+    container = _container(objects)
+    assert container["args"] == [
+        "--leader-elect=true",
+        "--webhook-service-name=agent-sandbox-webhook-service",
+        f"--webhook-namespace={NAMESPACE}",
+    ]
+    options = parse_args(container["args"])
+    assert options.leader_elect is True
+    assert options.extensions is False
+    assert validate(options) == []
+    assert container["image"] == f"kube-agent-sandbox-controller:{__version__}"
+    deployment = objects[("Deployment", NAME)]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["metadata"]["namespace"] == NAMESPACE
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == NAME
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    for service in ("agent-sandbox-controller", "agent-sandbox-webhook-service"):
+        assert objects[("Service", service)]["spec"]["selector"] == selector
+    assert objects[("Service", "agent-sandbox-controller")]["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert objects[("Service", "agent-sandbox-webhook-service")]["spec"]["ports"] == [
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+
+
+def test_defaults_match_the_kustomize_deployment(helm: Helm, cluster: ClusterAccess) -> None:
+    """Same image, ports, probes, resources and security settings as `kubectl apply -k`."""
+    built = parse_documents(cluster.kubectl("kustomize", str(REPO / "manifests")).stdout)
+    kustomize = next(d for d in built if d["kind"] == "Deployment")
+    kustomize_pod = kustomize["spec"]["template"]["spec"]
+    chart_pod = _render(helm)[("Deployment", NAME)]["spec"]["template"]["spec"]
+    for key in ("securityContext", "terminationGracePeriodSeconds"):
+        assert chart_pod[key] == kustomize_pod[key], key
+    (theirs,) = kustomize_pod["containers"]
+    (ours,) = chart_pod["containers"]
+    for key in (
+        "name",
+        "image",
+        "imagePullPolicy",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+        "securityContext",
+    ):
+        assert ours[key] == theirs[key], key
+    tmp = next(v for v in chart_pod["volumes"] if v["name"] == "tmp")
+    assert tmp == next(v for v in kustomize_pod["volumes"] if v["name"] == "tmp")
+
+
+def test_rbac_comes_from_the_generated_files(helm: Helm) -> None:
+    objects = _render(helm)
+    cluster_role = normalize_rules(objects[("ClusterRole", NAME)]["rules"])
+    assert cluster_role == normalize_rules(rbacgen.core_rules(leader_election=False))
+    assert cluster_role == _rules(rbacgen.CHART_CONTROLLER_FILE)
+    assert not [r for r in cluster_role if "leases" in r.resources]
+    lease_role = objects[("Role", f"{NAME}-leader-election")]
+    assert lease_role["metadata"]["namespace"] == NAMESPACE
+    assert normalize_rules(lease_role["rules"]) == _rules(rbacgen.CHART_LEADER_ELECTION_FILE)
+    secret_role = objects[("Role", NAME)]
+    assert normalize_rules(secret_role["rules"]) == _rules(rbacgen.CHART_WEBHOOK_FILE)
+    subject = {"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}
+    for kind, name, role_kind in (
+        ("ClusterRoleBinding", NAME, "ClusterRole"),
+        ("RoleBinding", NAME, "Role"),
+        ("RoleBinding", f"{NAME}-leader-election", "Role"),
+    ):
+        binding = objects[(kind, name)]
+        assert binding["subjects"] == [subject]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": name,
+        }
+
+
+def test_crds_are_the_generated_ones(helm: Helm) -> None:
+    text = helm.template(
+        CHART, release=RELEASE, namespace=NAMESPACE, extra=["--include-crds"]
+    ).stdout
+    rendered = {
+        d["metadata"]["name"]: d
+        for d in parse_documents(text)
+        if d["kind"] == "CustomResourceDefinition"
+    }
+    generated = {
+        d["metadata"]["name"]: d
+        for path in sorted((REPO / "manifests" / "crds").glob("*_*.yaml"))
+        for d in parse_documents(path.read_text())
+    }
+    assert len(rendered) == 4
+    assert rendered == generated
+
+
+# --- variants ---------------------------------------------------------------------------------
+
+
+def test_extensions_on(helm: Helm) -> None:
+    objects = _render(helm, VARIANTS["extensions"])
+    args = _container(objects)["args"]
+    assert "--extensions" in args
+    assert parse_args(args).extensions is True
+    role = objects[("ClusterRole", f"{NAME}-extensions")]
+    assert normalize_rules(role["rules"]) == rbacgen.extension_rules()
+    assert normalize_rules(role["rules"]) == _rules(rbacgen.CHART_EXTENSIONS_FILE)
+    binding = objects[("ClusterRoleBinding", f"{NAME}-extensions")]
+    assert binding["roleRef"]["name"] == f"{NAME}-extensions"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
+    assert ("ClusterRole", f"{NAME}-extensions") not in _render(helm)
+
+
+def test_service_monitor_and_prometheus_rule(helm: Helm) -> None:
+    values = copy.deepcopy(VARIANTS["monitoring"])
+    values["metrics"]["serviceMonitor"]["additionalLabels"] = {"release": "prom"}
+    values["service"] = {"name": "sandbox-metrics"}
+    objects = _render(helm, values)
+    assert ("ServiceMonitor", NAME) not in _render(helm)
+    monitor = objects[("ServiceMonitor", NAME)]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "30s"}
+    ]
+    service = objects[("Service", "sandbox-metrics")]
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= service["metadata"]["labels"].items()
+    webhook = objects[("Service", "agent-sandbox-webhook-service")]
+    assert not selected.items() <= webhook["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+    (group,) = objects[("PrometheusRule", NAME)]["spec"]["groups"]
+    (alert,) = group["rules"]
+    assert alert["alert"] == "AgentSandboxControllerMetricsTargetsDown"
+    assert alert["for"] == "5m"
+    assert alert["labels"] == {"severity": "warning"}
+    assert alert["expr"] == f'absent(up{{namespace="{NAMESPACE}", service="sandbox-metrics"}} == 1)'
+
+
+def test_extra_rule_groups_are_appended(helm: Helm) -> None:
+    extra = {"name": "mine", "rules": [{"record": "x:up", "expr": "sum(up)"}]}
+    values = {"metrics": {"prometheusRule": {"enabled": True, "rules": [extra]}}}
+    groups = _render(helm, values)[("PrometheusRule", NAME)]["spec"]["groups"]
+    assert [g["name"] for g in groups] == ["agent-sandbox-controller", "mine"]
+    assert groups[1] == extra
+
+
+def test_two_replicas_with_leader_election(helm: Helm) -> None:
+    objects = _render(helm, {"replicaCount": 2, "controller": {"leaderElectionNamespace": "ops"}})
+    assert objects[("Deployment", NAME)]["spec"]["replicas"] == 2
+    args = _container(objects)["args"]
+    assert "--leader-elect=true" in args
+    assert "--leader-election-namespace=ops" in args
+    options = parse_args(args)
+    assert options.leader_elect is True
+    assert options.leader_election_namespace == "ops"
+    assert objects[("Role", f"{NAME}-leader-election")]["metadata"]["namespace"] == "ops"
+    binding = objects[("RoleBinding", f"{NAME}-leader-election")]
+    assert binding["metadata"]["namespace"] == "ops"
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_leader_election_off_drops_the_lease_role(helm: Helm) -> None:
+    objects = _render(helm, {"controller": {"leaderElect": False}})
+    assert _container(objects)["args"][0] == "--leader-elect=false"
+    assert parse_args(_container(objects)["args"]).leader_elect is False
+    assert ("Role", f"{NAME}-leader-election") not in objects
+
+
+def test_every_typed_flag_reaches_the_controller(helm: Helm) -> None:
+    controller = {
+        "clusterDomain": "corp.example",
+        "kubeApiQps": 50.5,
+        "kubeApiBurst": 100,
+        "sandboxConcurrentWorkers": 20,
+        "enableTracing": True,
+        "enablePprof": True,
+        "enablePprofDebug": False,
+        "pprofBlockProfileRate": 1000000,
+        "pprofMutexProfileFraction": 0,
+        "sandboxClaimConcurrentWorkers": 7,
+        "sandboxWarmPoolConcurrentWorkers": 2,
+        "sandboxTemplateConcurrentWorkers": 3,
+        "sandboxWarmPoolMaxBatchSize": 40,
+        "enableWarmPoolEviction": False,
+        "sandboxWarmPoolReadinessGracePeriod": "90s",
+        "sandboxWarmPoolUnschedulableRecheckInterval": "1m30s",
+        "extraArgs": ["--sandbox-write-behind-window=200ms", "--zap-log-level=debug"],
+    }
+    args = _container(_render(helm, {"controller": controller}))["args"]
+    assert "--pprof-block-profile-rate=1000000" in args  # not 1e+06
+    assert "--kube-api-qps=50.5" in args
+    options = parse_args(args)
+    assert validate(options) == []
+    assert options.cluster_domain == "corp.example"
+    assert options.kube_api_qps == 50.5
+    assert options.kube_api_burst == 100
+    assert options.sandbox_concurrent_workers == 20
+    assert options.enable_tracing is True
+    assert options.enable_pprof is True
+    assert options.enable_pprof_debug is False
+    assert options.pprof_block_profile_rate == 1000000
+    assert options.pprof_mutex_profile_fraction == 0
+    assert options.sandbox_claim_concurrent_workers == 7
+    assert options.sandbox_warm_pool_concurrent_workers == 2
+    assert options.sandbox_template_concurrent_workers == 3
+    assert options.sandbox_warm_pool_max_batch_size == 40
+    assert options.enable_warm_pool_eviction is False
+    assert options.sandbox_warm_pool_readiness_grace_period == 90.0
+    assert options.sandbox_warm_pool_unschedulable_recheck_interval == 90.0
+    assert options.sandbox_write_behind_window == pytest.approx(0.2)
+    assert args[-2:] == controller["extraArgs"]
+
+
+def test_unset_flags_are_not_passed(helm: Helm) -> None:
+    args = _container(_render(helm))["args"]
+    assert not [a for a in args if "warm-pool" in a or "kube-api" in a or "pprof" in a]
+
+
+def test_pod_placement_and_pull_settings(helm: Helm) -> None:
+    values = {
+        "image": {"repository": "registry.example/sandbox/controller", "tag": "v9"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+        "priorityClassName": "system-cluster-critical",
+        "podAnnotations": {"a": "b"},
+        "podLabels": {"team": "platform"},
+        "podSecurityContext": {"runAsUser": 1000},
+        # Maps merge with the defaults: null removes a default key.
+        "resources": {"requests": {"cpu": "1", "memory": None}, "limits": None},
+        "env": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel:4317"}],
+        "fullnameOverride": "sandboxes",
+    }
+    objects = _render(helm, values)
+    deployment = objects[("Deployment", "sandboxes")]
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["annotations"] == {"a": "b"}
+    assert pod["metadata"]["labels"]["team"] == "platform"
+    spec = pod["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    assert spec["nodeSelector"] == {"pool": "system"}
+    assert spec["tolerations"] == values["tolerations"]
+    assert spec["affinity"] == values["affinity"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["securityContext"]["runAsUser"] == 1000
+    assert spec["securityContext"]["runAsNonRoot"] is True  # merged with the defaults
+    (container,) = spec["containers"]
+    assert container["image"] == "registry.example/sandbox/controller:v9"
+    assert container["resources"] == {"requests": {"cpu": "1"}}
+    assert container["env"] == values["env"]
+    assert ("ClusterRole", "sandboxes") in objects
+
+
+def test_other_release_names_get_their_own_cluster_objects(helm: Helm) -> None:
+    objects = _render(helm, release="sandbox-b")
+    assert ("ClusterRole", "sandbox-b-agent-sandbox-controller") in objects
+    assert ("Deployment", "sandbox-b-agent-sandbox-controller") in objects
+
+
+# --- bad values --------------------------------------------------------------------------------
+
+BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
+    ("replicas-string", {"replicaCount": "two"}, "replicaCount"),
+    ("replicas-negative", {"replicaCount": -1}, "replicaCount"),
+    ("unknown-key", {"replicas": 2}, "replicas"),
+    ("unknown-controller-key", {"controller": {"extension": True}}, "extension"),
+    ("extensions-string", {"controller": {"extensions": "yes"}}, "extensions"),
+    ("pull-policy", {"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+    ("burst-zero", {"controller": {"kubeApiBurst": 0}}, "kubeApiBurst"),
+    (
+        "workers-float",
+        {"controller": {"sandboxConcurrentWorkers": 1.5}},
+        "sandboxConcurrentWorkers",
+    ),
+    (
+        "grace-not-a-duration",
+        {"controller": {"sandboxWarmPoolReadinessGracePeriod": "5 minutes"}},
+        "sandboxWarmPoolReadinessGracePeriod",
+    ),
+    (
+        "grace-zero",
+        {"controller": {"sandboxWarmPoolReadinessGracePeriod": "0s"}},
+        "sandboxWarmPoolReadinessGracePeriod",
+    ),
+    (
+        "recheck-number",
+        {"controller": {"sandboxWarmPoolUnschedulableRecheckInterval": 60}},
+        "sandboxWarmPoolUnschedulableRecheckInterval",
+    ),
+    ("extra-args-not-flags", {"controller": {"extraArgs": ["extensions"]}}, "extraArgs"),
+    ("service-name", {"service": {"name": "Metrics_Service"}}, "service"),
+    ("interval", {"metrics": {"serviceMonitor": {"interval": "often"}}}, "interval"),
+    ("pull-secrets", {"imagePullSecrets": ["regcred"]}, "imagePullSecrets"),
+    ("env-without-name", {"env": [{"value": "x"}]}, "env"),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [pytest.param(v, w, id=i) for i, v, w in BAD_VALUES],
+)
+def test_schema_refuses_bad_values(helm: Helm, values: dict[str, Any], where: str) -> None:
+    result = helm.template(CHART, release=RELEASE, namespace=NAMESPACE, values=values, check=False)
+    assert result.returncode != 0, result.stdout
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert where in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param(
+            {"replicaCount": 3, "controller": {"leaderElect": False}},
+            "replicaCount 3 needs controller.leaderElect=true",
+            id="replicas-without-leader-election",
+        ),
+        pytest.param(
+            {"service": {"name": "agent-sandbox-webhook-service"}},
+            "need different names",
+            id="service-names-collide",
+        ),
+    ],
+)
+def test_template_refuses_inconsistent_values(
+    helm: Helm, values: dict[str, Any], message: str
+) -> None:
+    result = helm.template(CHART, release=RELEASE, namespace=NAMESPACE, values=values, check=False)
+    assert result.returncode != 0, result.stdout
+    assert message in result.stderr
+
+
+# --- applied to the cluster -------------------------------------------------------------------
+
+
+def _monitoring_crd(kind: str, plural: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": kind, "plural": plural, "listKind": f"{kind}List"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": {"type": "object", "properties": spec}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+_STR = {"type": "string"}
+_STR_MAP = {"type": "object", "additionalProperties": _STR}
+MONITORING_CRDS = [
+    _monitoring_crd(
+        "ServiceMonitor",
+        "servicemonitors",
+        {
+            "selector": {"type": "object", "properties": {"matchLabels": _STR_MAP}},
+            "namespaceSelector": {
+                "type": "object",
+                "properties": {"matchNames": {"type": "array", "items": _STR}},
+            },
+            "endpoints": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": dict.fromkeys(
+                        ("port", "path", "scheme", "interval", "scrapeTimeout"), _STR
+                    ),
+                },
+            },
+        },
+    ),
+    _monitoring_crd(
+        "PrometheusRule",
+        "prometheusrules",
+        {
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": _STR,
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "alert": _STR,
+                                    "record": _STR,
+                                    "expr": {"x-kubernetes-int-or-string": True},
+                                    "for": _STR,
+                                    "labels": _STR_MAP,
+                                    "annotations": _STR_MAP,
+                                },
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def monitoring_crds(cluster: ClusterAccess) -> Iterator[None]:
+    """Minimal ServiceMonitor/PrometheusRule CRDs for this module, removed afterwards."""
+    names = cluster.install_crds(MONITORING_CRDS)
+    try:
+        yield
+    finally:
+        for name in names:
+            cluster.kubectl("delete", "crd", name, "--wait=false", check=False)
+
+
+def _allowed(
+    api: client.ApiClient,
+    account: tuple[str, str],
+    *,
+    namespace: str,
+    group: str,
+    resource: str,
+    verb: str,
+    name: str = "",
+) -> bool:
+    resource, _, subresource = resource.partition("/")
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{account[0]}:{account[1]}",
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{account[0]}"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace,
+                group=group,
+                resource=resource,
+                subresource=subresource or None,
+                verb=verb,
+                name=name or None,
+            ),
+        )
+    )
+    result = client.AuthorizationV1Api(api).create_subject_access_review(review)
+    return bool(result.status.allowed)
+
+
+@pytest.mark.usefixtures("monitoring_crds")
+def test_rendering_applies_server_side_and_grants_the_generated_rules(
+    helm: Helm, cluster: ClusterAccess, namespace: str
+) -> None:
+    """A release of its own (cluster-scoped names must not meet other tests' ClusterRoles)."""
+    release = f"chart-{namespace[-6:]}"
+    name = f"{release}-agent-sandbox-controller"
+    values = copy.deepcopy(VARIANTS["monitoring"])
+    values["controller"] = {"extensions": True}
+    values["replicaCount"] = 2
+    rendered = helm.template(CHART, release=release, namespace=namespace, values=values).stdout
+    expected = {(d["kind"], d["metadata"]["name"]): d for d in parse_documents(rendered)}
+    assert ("ClusterRole", f"{name}-extensions") in expected
+    try:
+        result = cluster.kubectl(
+            "apply", "--server-side", "--field-manager=helm-chart-test", "-f", "-", input=rendered
+        )
+        assert len(result.stdout.splitlines()) == len(expected), result.stdout
+        cluster.kubectl(
+            "-n", namespace, "wait", "--for=condition=Available", f"deployment/{name}",
+            "--timeout=90s",
+        )  # fmt: skip
+        for kind in ("ServiceMonitor", "PrometheusRule"):
+            stored = yaml.safe_load(
+                cluster.kubectl("-n", namespace, "get", kind, name, "-o", "yaml").stdout
+            )
+            assert stored["spec"] == expected[(kind, name)]["spec"], f"{kind} fields were pruned"
+
+        api = cluster.api_client()
+        account = (namespace, name)
+        granted = [
+            *rbacgen.core_rules(leader_election=False),
+            *rbacgen.extension_rules(),
+        ]
+        checked = 0
+        for rule in granted:
+            for group in rule.api_groups:
+                for resource in rule.resources:
+                    for verb in rule.verbs:
+                        for object_name in rule.resource_names or ("",):
+                            assert _allowed(
+                                api, account, namespace=namespace, group=group,
+                                resource=resource, verb=verb, name=object_name,
+                            ), (group, resource, verb, object_name)  # fmt: skip
+                            checked += 1
+        assert checked > 20
+        lease = {"group": "coordination.k8s.io", "resource": "leases"}
+        secret = {"group": "", "resource": "secrets"}
+        for verb, attrs in (
+            ("create", lease),
+            ("get", {**lease, "name": LEASE}),
+            ("update", {**lease, "name": LEASE}),
+            ("create", secret),
+            ("get", {**secret, "name": "agent-sandbox-webhook-certs"}),
+        ):
+            assert _allowed(api, account, namespace=namespace, verb=verb, **attrs), (verb, attrs)
+            # Only in the release namespace.
+            assert not _allowed(api, account, namespace="default", verb=verb, **attrs)
+        assert not _allowed(api, account, namespace=namespace, verb="get", **lease, name="x")
+        assert not _allowed(api, account, namespace=namespace, verb="list", **secret)
+    finally:
+        cluster.kubectl(
+            "delete", "clusterrole,clusterrolebinding", "-l",
+            f"app.kubernetes.io/instance={release}", "--ignore-not-found", check=False,
+        )  # fmt: skip
