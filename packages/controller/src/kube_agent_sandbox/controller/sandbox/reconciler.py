@@ -109,6 +109,11 @@ def _uid(obj: Obj) -> str | None:
     return str(uid) if uid else None
 
 
+def _resource_version(obj: Obj) -> str | None:
+    rv = obj.get("metadata", {}).get("resourceVersion")
+    return str(rv) if rv else None
+
+
 def _uid_precondition(obj: Obj) -> dict[str, str] | None:
     uid = _uid(obj)
     return {"uid": uid} if uid else None
@@ -199,6 +204,12 @@ class SandboxReconciler:
         # Last Warning emitted per Sandbox, so a lagging cache (old status read again) does not
         # repeat it. Dropped once the Sandbox is no longer in error or is gone.
         self._last_warning: dict[tuple[str, str], tuple[str, str]] = {}
+        # Read-your-writes for status: the status this controller last wrote per Sandbox, with
+        # the UID and resourceVersion of the object it was computed from. While the cache still
+        # shows that resourceVersion (it has not delivered the write yet), passes start from
+        # the written status instead of the stale one, so they do not send the same status
+        # again (each owned-Pod event would otherwise repeat it until the cache caught up).
+        self._written_status: dict[tuple[str, str], tuple[str | None, str | None, Obj]] = {}
 
     # --- top level ------------------------------------------------------------------------
 
@@ -222,6 +233,7 @@ class SandboxReconciler:
         key = (request.namespace, request.name)
         self._marked_expired.pop(key, None)
         self._last_warning.pop(key, None)
+        self._written_status.pop(key, None)
         self._deferrals.clear(key)
 
     async def _reconcile_sandbox(self, request: Request, cached: Obj) -> Result:
@@ -230,11 +242,16 @@ class SandboxReconciler:
             self._forget(request)
             return Result()
         sandbox = _working_copy(cached)
+        written = self._written_status.pop(key, None)
+        if written is not None and written[:2] == (_uid(cached), _resource_version(cached)):
+            # The cache has not shown our last status write yet: start from what we wrote.
+            sandbox["status"] = copy.deepcopy(written[2])
+            self._written_status[key] = written
         trace_error = await self._ensure_trace_context(sandbox)
         if trace_error is not None:
             old = cached.get("status") or {}
             return self._finish(request, cached, old, sandbox, [trace_error], None)
-        old_status: Obj = copy.deepcopy(cached.get("status") or {})
+        old_status: Obj = copy.deepcopy(sandbox.get("status") or {})
         now = self._clock()
         errors: list[ChildError] = []
         requeue: float | None = None
@@ -368,16 +385,21 @@ class SandboxReconciler:
         patch = status_patch(old_status, sandbox.get("status"))
         if patch is None:
             return None
+        key = (namespace_of(sandbox), name_of(sandbox))
+        self._written_status.pop(key, None)
         try:
-            await self._client.patch(
-                SANDBOXES, namespace_of(sandbox), name_of(sandbox), patch, subresource="status"
-            )
+            await self._client.patch(SANDBOXES, key[0], key[1], patch, subresource="status")
         except ApiError as exc:
             if exc.not_found:
                 return None  # deleted mid-reconcile
             return wrap(exc, "failed to patch sandbox status")
         except Exception as exc:
             return wrap(exc, "failed to patch sandbox status")
+        self._written_status[key] = (
+            _uid(sandbox),
+            _resource_version(sandbox),
+            copy.deepcopy(sandbox.get("status") or {}),
+        )
         return None
 
     async def _ensure_trace_context(self, sandbox: Obj) -> ChildError | None:
