@@ -2,18 +2,24 @@
 
 A refused upgrade must surface as the SDK's typed error carrying the status and the server's
 own message (read before httpx-ws closes the response), never as an httpx exception; and the
-upgrade must not ask for JSON, which the kubelet answers with 406 Not Acceptable.
+upgrade must not ask for JSON, which the kubelet answers with 406 Not Acceptable. A sync
+session left early must not leave a read running on its socket.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request
 
 from kube_agent_sandbox.sdk import ApiRequestError, ClusterConfig, PermissionDeniedError
 from kube_agent_sandbox.sdk._async.api import AsyncKubeApi
@@ -137,3 +143,63 @@ def test_the_upgrade_accepts_any_representation_and_json_calls_still_ask_for_jso
     assert upgrade["sec-websocket-protocol"] == "v5.channel.k8s.io, v4.channel.k8s.io"
     assert upgrade["authorization"] == "Bearer t"
     assert plain["accept"] == "application/json"
+
+
+@pytest.fixture
+def silent_websocket() -> Iterator[str]:
+    """A websocket server that accepts the upgrade, then never sends a byte nor closes.
+
+    Like an exec whose command still runs: the server's side stays open after the client's
+    close frame and end-of-file, so nothing from the server would end a read left pending.
+    """
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    done = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            server = WSConnection(ConnectionType.SERVER)
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    done.wait()
+                    return
+                server.receive_data(data)
+                for event in server.events():
+                    if isinstance(event, Request):
+                        accept = AcceptConnection(subprotocol=event.subprotocols[0])
+                        conn.sendall(server.send(accept))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        done.set()
+        listener.close()
+        for conn in accepted:
+            conn.close()
+        thread.join(timeout=5)
+
+
+def test_leaving_a_sync_session_early_leaves_no_read_behind(silent_websocket: str) -> None:
+    """The worker thread httpx-ws reads in must end before the socket is closed.
+
+    Otherwise it stays blocked on a closed descriptor whose number the next connection reuses,
+    and the first bytes of that connection (its TLS handshake) go to the stray read.
+    """
+    before = set(threading.enumerate())
+    with (
+        KubeApi(_config(silent_websocket)) as api,
+        api.websocket(EXEC, resource="pods/exec", params={}, subprotocols=PROTOCOLS) as ws,
+    ):
+        assert ws.subprotocol == PROTOCOLS[0]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [t for t in set(threading.enumerate()) - before if t.is_alive()]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert left == []
