@@ -34,10 +34,10 @@ Params = Mapping[str, str] | Sequence[tuple[str, str]]
 _Query = list[tuple[str, str | int | float | bool | None]]
 USER_AGENT = "kube-agent-sandbox-sdk/0.1.0 (python; httpx)"
 MAX_WS_MESSAGE = 16 * 1024 * 1024
-# The websocket upgrade is not a JSON request. Since Kubernetes 1.36 the apiserver hands exec,
-# attach and port-forward websockets straight to the kubelet, headers included, and the
-# kubelet's router answers 406 Not Acceptable to ``Accept: application/json`` on those routes
-# (they declare no representation). ``*/*`` is what every other websocket client amounts to.
+# The websocket upgrade is not a JSON request. On a real node (Kubernetes 1.36, containerd) the
+# upgrade of exec and port-forward reaches the node with the client's headers, and its router
+# answers ``Accept: application/json`` with 406 Not Acceptable ("Available representations:"
+# empty). Other clients send no Accept at all, which means ``*/*``.
 WS_ACCEPT = "*/*"
 
 
@@ -110,9 +110,8 @@ class AsyncKubeApi:
             timeout=httpx.Timeout(timeout),
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
         )
-        # Websockets get their own pool that keeps no connection: an upgraded connection that
-        # the SDK closes before the server does (an exec timeout, a port-forward ended early)
-        # must never be handed to the next request, which would then read websocket frames.
+        # Websockets get their own client: it keeps no idle connection (an upgraded one is never
+        # a candidate for reuse) and its response hook keeps a refused upgrade's body.
         self._ws_client = httpx.AsyncClient(
             base_url=config.host,
             verify=config.verify,
