@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from httpx_ws import AsyncWebSocketSession
+
 from kube_agent_sandbox.sdk.config import ClusterConfig, load_default
 
 
@@ -29,3 +31,8 @@ async def sleep(seconds: float) -> None:
 async def load_config(context: str | None) -> ClusterConfig:
     """In-cluster or kubeconfig configuration, loaded in a worker thread (it may run plugins)."""
     return await asyncio.to_thread(load_default, context=context)
+
+
+def release_websocket_reader(session: AsyncWebSocketSession) -> None:
+    """Nothing to release: httpx-ws reads in a task of the session's group, cancelled on close."""
+    del session

@@ -34,6 +34,11 @@ Params = Mapping[str, str] | Sequence[tuple[str, str]]
 _Query = list[tuple[str, str | int | float | bool | None]]
 USER_AGENT = "kube-agent-sandbox-sdk/0.1.0 (python; httpx)"
 MAX_WS_MESSAGE = 16 * 1024 * 1024
+# The websocket upgrade is not a JSON request. On a real node (Kubernetes 1.36, containerd) the
+# upgrade of exec and port-forward reaches the node with the client's headers, and its router
+# answers ``Accept: application/json`` with 406 Not Acceptable ("Available representations:"
+# empty). Other clients send no Accept at all, which means ``*/*``.
+WS_ACCEPT = "*/*"
 
 
 def _query(params: Params | None) -> httpx.QueryParams:
@@ -65,6 +70,25 @@ def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return leaves[0] if leaves else group
 
 
+async def _read_refusal(response: httpx.Response) -> None:
+    """Read the body of a refused websocket upgrade while its stream is still open.
+
+    httpx-ws raises ``WebSocketUpgradeError`` from inside the request's ``stream()`` block, so
+    the response is already closed when the SDK sees it; the server's message (a ``Status``
+    object, or the kubelet's plain text) would be lost. A response hook runs before that.
+    """
+    if response.status_code != 101:
+        await response.aread()
+
+
+def _refusal_body(response: httpx.Response) -> bytes:
+    """The body :func:`_read_refusal` kept, or nothing if it could not be read."""
+    try:
+        return response.content
+    except httpx.ResponseNotRead:
+        return b""
+
+
 class WatchExpiredError(SandboxError):
     """The watch's resourceVersion is too old (410 Gone): list again and watch from there."""
 
@@ -86,6 +110,16 @@ class AsyncKubeApi:
             timeout=httpx.Timeout(timeout),
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
         )
+        # Websockets get their own client: it keeps no idle connection (an upgraded one is never
+        # a candidate for reuse) and its response hook keeps a refused upgrade's body.
+        self._ws_client = httpx.AsyncClient(
+            base_url=config.host,
+            verify=config.verify,
+            timeout=httpx.Timeout(timeout),
+            headers={"User-Agent": USER_AGENT, "Accept": WS_ACCEPT},
+            limits=httpx.Limits(max_keepalive_connections=0),
+            event_hooks={"response": [_read_refusal]},
+        )
 
     async def __aenter__(self) -> AsyncKubeApi:
         return self
@@ -94,8 +128,11 @@ class AsyncKubeApi:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._client.aclose()
+        """Close the connection pools."""
+        try:
+            await self._client.aclose()
+        finally:
+            await self._ws_client.aclose()
 
     async def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = dict(extra or {})
@@ -238,16 +275,19 @@ class AsyncKubeApi:
         try:
             async with aconnect_ws(
                 f"{path}?{query}",
-                self._client,
+                self._ws_client,
                 subprotocols=subprotocols,
                 headers=headers,
                 max_message_size_bytes=MAX_WS_MESSAGE,
                 keepalive_ping_interval_seconds=None,
             ) as session:
-                yield session
+                try:
+                    yield session
+                finally:
+                    _backend.release_websocket_reader(session)
         except WebSocketUpgradeError as err:
             response = err.response
-            body = await response.aread()
+            body = _refusal_body(response)
             raise api_error(response.status_code, body, verb="create", resource=resource) from err
         except (httpx.HTTPError, HTTPXWSException) as err:
             raise ApiRequestError(f"{resource}: {err!r}") from err
