@@ -197,3 +197,79 @@ async def test_async_client_exec_and_files(
     async with AsyncSandboxClient(config, namespace=namespace) as other:
         with pytest.raises(NotFoundError):
             await other.get("sdk-async")
+
+
+def _warm_pool(cluster: ClusterAccess, namespace: str, image: str, *, size: int) -> None:
+    """A SandboxTemplate running Python and a SandboxWarmPool of it, filled and Ready."""
+    container = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", "import time; time.sleep(3600)"],
+    }
+    cluster.apply(
+        [
+            {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxTemplate",
+                "metadata": {"name": "sdk-python"},
+                "spec": {"podTemplate": {"spec": {"containers": [container]}}},
+            },
+            {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxWarmPool",
+                "metadata": {"name": "sdk-pool"},
+                "spec": {"replicas": size, "sandboxTemplateRef": {"name": "sdk-python"}},
+            },
+        ],
+        namespace=namespace,
+    )
+    cluster.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "sandboxwarmpool/sdk-pool",
+        f"--for=jsonpath={{.status.readyReplicas}}={size}",
+        f"--timeout={int(READY)}s",
+        timeout=READY + 30,
+    )
+
+
+def test_claim_from_a_warm_pool_runs_code_and_terminates(
+    client: SandboxClient,
+    cluster: ClusterAccess,
+    namespace: str,
+    python_image: str,
+    record_property: Record,
+) -> None:
+    """The upstream SDK's main flow against the real claim controller: claim, run, terminate."""
+    _warm_pool(cluster, namespace, python_image, size=2)
+    started = time.monotonic()
+    sandbox = client.claim_sandbox("sdk-pool", timeout=READY)
+    claim_ms = (time.monotonic() - started) * 1000
+    record_property("sdk_claim_to_ready_ms", round(claim_ms, 1))
+    _log.info("SDK claim-to-Ready from a warm pool: %.0f ms", claim_ms)
+    assert sandbox.claim_name is not None
+    assert sandbox.name.startswith("sdk-pool-"), "the claim was not served from the pool"
+    result = sandbox.commands.run("python3 -c 'print(6 * 7)'")
+    assert (result.stdout, result.exit_code) == ("42\n", 0)
+    claim_name = sandbox.claim_name
+    claim = client.get_claim(claim_name)
+    assert claim["metadata"]["labels"]["agents.x-k8s.io/created-by"] == "python-client"
+    assert "agents.x-k8s.io/client-first-requested-at" in claim["metadata"]["annotations"]
+    sandbox.terminate(wait=True, timeout=READY)
+    with pytest.raises(NotFoundError):
+        client.get_claim(claim_name)
+
+
+async def test_async_claim_from_a_warm_pool(
+    cluster: ClusterAccess, namespace: str, python_image: str
+) -> None:
+    """The same through the async client, which the sync one is generated from."""
+    _warm_pool(cluster, namespace, python_image, size=1)
+    config = load_kubeconfig(cluster.kubeconfig)
+    async with AsyncSandboxClient(config, namespace=namespace) as sdk:
+        sandbox = await sdk.claim_sandbox("sdk-pool", timeout=READY)
+        assert sandbox.name.startswith("sdk-pool-")
+        result = await sandbox.commands.run("echo claimed")
+        assert (result.stdout, result.exit_code) == ("claimed\n", 0)
