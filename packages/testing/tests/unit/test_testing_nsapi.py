@@ -9,7 +9,7 @@ import pytest
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.fake import FakeApi
 from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
-from kube_agent_sandbox.testing.nsapi import NamespaceApi
+from kube_agent_sandbox.testing.nsapi import EVENTS, NamespaceApi
 
 CONFIG_MAPS = Resource(group="", version="v1", plural="configmaps", kind="ConfigMap")
 
@@ -73,3 +73,15 @@ async def test_until_is_bounded_and_names_the_last_value_seen() -> None:
         await api_on(FakeApi()).until(probe, "something that never happens")
     assert str(caught.value) == "gave up waiting for something that never happens; last seen: []"
     assert len(calls) == 5
+
+
+async def test_events_regarding_selects_by_kind_and_name() -> None:
+    api = api_on(FakeApi())
+    for index, (kind, name) in enumerate(
+        [("Sandbox", "a"), ("SandboxClaim", "a"), ("Sandbox", "b")]
+    ):
+        await api.create(
+            EVENTS, {"metadata": {"name": f"e{index}"}, "regarding": {"kind": kind, "name": name}}
+        )
+    found = await api.events_regarding("Sandbox", "a")
+    assert [e["metadata"]["name"] for e in found] == ["e0"]

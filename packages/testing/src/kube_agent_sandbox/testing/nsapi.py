@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 
 _log = logging.getLogger(__name__)
@@ -46,6 +49,24 @@ class NamespaceApi:
     poll: ClassVar[float] = 0.1
     wait: ClassVar[float] = 90.0
 
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls, kubeconfig: str | os.PathLike[str], namespace: str, **fields: Any
+    ) -> AsyncIterator[Self]:
+        """An instance on a new client from ``kubeconfig``, closed on exit.
+
+        Args:
+            kubeconfig: Path of the kubeconfig file (e.g. the ``cluster`` fixture's).
+            namespace: The namespace of every request.
+            **fields: The further fields of a subclass.
+
+        Yields:
+            The instance.
+        """
+        async with ApiClient(load_kubeconfig(os.fspath(kubeconfig))) as client:
+            yield cls(client, namespace, **fields)
+
     async def create(self, resource: Resource, body: Obj) -> Obj:
         """Create an object; ``apiVersion`` and ``kind`` default to the resource's.
 
@@ -68,7 +89,9 @@ class NamespaceApi:
                 return None
             raise
 
-    async def list(self, resource: Resource, *, label_selector: str | None = None) -> builtins.list[Obj]:
+    async def list(
+        self, resource: Resource, *, label_selector: str | None = None
+    ) -> builtins.list[Obj]:
         """The items of the namespace's objects of ``resource`` (optionally label-selected)."""
         listed = await self.client.list(resource, self.namespace, label_selector=label_selector)
         return builtins.list(listed.get("items") or [])
