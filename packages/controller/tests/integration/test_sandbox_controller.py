@@ -12,69 +12,31 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
+from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 pytestmark = pytest.mark.integration
 
-EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
-T = TypeVar("T")
-POLL = 0.1
-WAIT = 90.0  # seconds: a generous bound for a loaded 2-core machine, never asserted on
 
-
-@dataclass
-class Env:
+class Env(NamespaceApi):
     """What a test gets: an admin client, its namespace and helpers."""
 
-    client: ApiClient
-    namespace: str
-
     async def create_sandbox(self, name: str, spec: Obj) -> Obj:
-        body = {
-            "apiVersion": SANDBOXES.api_version,
-            "kind": "Sandbox",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-        return await self.client.create(SANDBOXES, self.namespace, body)
-
-    async def get(self, resource: Resource, name: str) -> Obj | None:
-        try:
-            return await self.client.get(resource, self.namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
+        return await self.create(SANDBOXES, {"metadata": {"name": name}, "spec": spec})
 
     async def sandbox(self, name: str) -> Obj:
         found = await self.get(SANDBOXES, name)
         assert found is not None, f"sandbox {name} is gone"
         return found
-
-    async def patch(self, resource: Resource, name: str, patch: Obj) -> Obj:
-        return await self.client.patch(resource, self.namespace, name, patch)
-
-    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
-        """Poll ``probe`` until it returns something truthy (bounded; never a timing check)."""
-        last: T | None = None
-        for _ in range(int(WAIT / POLL)):
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(POLL)
-        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
 
     async def until_condition(
         self, name: str, type_: str, *, status: str | None = None, reason: str | None = None
@@ -92,26 +54,14 @@ class Env:
 
         return await self.until(probe, f"{name} {type_} status={status} reason={reason}")
 
-    async def until_gone(self, resource: Resource, name: str) -> None:
-        async def probe() -> bool:
-            return await self.get(resource, name) is None
-
-        await self.until(probe, f"{resource.plural}/{name} to be deleted")
-
     async def events_for(self, name: str) -> list[Obj]:
-        listed = await self.client.list(EVENTS, self.namespace)
-        return [
-            e
-            for e in listed.get("items", [])
-            if (e.get("regarding") or {}).get("name") == name
-            and (e.get("regarding") or {}).get("kind") == "Sandbox"
-        ]
+        return await self.events_regarding("Sandbox", name)
 
 
 @pytest.fixture
 async def env(cluster: Any, namespace: str, sandbox_controller: object) -> AsyncIterator[Env]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield Env(client, namespace)
+    async with Env.connect(cluster.kubeconfig, namespace) as e:
+        yield e
 
 
 def conditions(obj: Obj | None) -> dict[str, Obj]:

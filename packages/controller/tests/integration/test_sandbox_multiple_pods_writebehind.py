@@ -8,52 +8,24 @@ drift is still repaired (later, in one patch).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
+from kube_agent_sandbox.testing.nsapi import EVENTS, NamespaceApi
 
 pytestmark = pytest.mark.integration
 
-EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
-T = TypeVar("T")
-POLL = 0.1
-WAIT = 90.0  # seconds: a generous bound for a loaded machine, never asserted on
 PAUSE = {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
 
 
-@dataclass
-class Env:
-    client: ApiClient
-    namespace: str
-
-    async def get(self, resource: Resource, name: str) -> Obj | None:
-        try:
-            return await self.client.get(resource, self.namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
-        last: T | None = None
-        for _ in range(int(WAIT / POLL)):
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(POLL)
-        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
-
+class Env(NamespaceApi):
     async def until_ready_reason(self, name: str, reason: str) -> Obj:
         async def probe() -> Obj | None:
             sandbox = await self.get(SANDBOXES, name)
@@ -65,19 +37,15 @@ class Env:
         template: Obj = {"spec": PAUSE}
         if template_labels:
             template["metadata"] = {"labels": template_labels}
-        body = {
-            "apiVersion": SANDBOXES.api_version,
-            "kind": "Sandbox",
-            "metadata": {"name": name},
-            "spec": {"podTemplate": template},
-        }
-        return await self.client.create(SANDBOXES, self.namespace, body)
+        return await self.create(
+            SANDBOXES, {"metadata": {"name": name}, "spec": {"podTemplate": template}}
+        )
 
 
 @pytest.fixture
 async def env(cluster: Any, namespace: str, sandbox_controller: object) -> AsyncIterator[Env]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield Env(client, namespace)
+    async with Env.connect(cluster.kubeconfig, namespace) as e:
+        yield e
 
 
 def ready(sandbox: Obj | None) -> Obj:

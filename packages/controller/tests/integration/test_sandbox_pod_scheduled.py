@@ -8,61 +8,29 @@ suspended Sandbox has no Pod.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
+from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
-POLL = 0.1
-WAIT = 90.0  # seconds: a generous bound for a loaded machine, never asserted on
 NO_SUCH_NODE = {"kube-agent-sandbox.test/no-such-node": "true"}
 
 
-@dataclass
-class Env:
+class Env(NamespaceApi):
     """An admin client on the test's namespace, with polling helpers."""
-
-    client: ApiClient
-    namespace: str
 
     async def create_sandbox(self, name: str, **pod_spec: Any) -> Obj:
         spec = {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
         spec.update(pod_spec)
-        body = {
-            "apiVersion": SANDBOXES.api_version,
-            "kind": "Sandbox",
-            "metadata": {"name": name},
-            "spec": {"podTemplate": {"spec": spec}},
-        }
-        return await self.client.create(SANDBOXES, self.namespace, body)
-
-    async def get(self, resource: Resource, name: str) -> Obj | None:
-        try:
-            return await self.client.get(resource, self.namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
-        """Poll ``probe`` until it returns something truthy (bounded; never a timing check)."""
-        last: T | None = None
-        for _ in range(int(WAIT / POLL)):
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(POLL)
-        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
+        return await self.create(
+            SANDBOXES, {"metadata": {"name": name}, "spec": {"podTemplate": {"spec": spec}}}
+        )
 
     async def until_sandbox(self, name: str, check: Callable[[Obj], bool], what: str) -> Obj:
         async def probe() -> Obj | None:
@@ -74,8 +42,8 @@ class Env:
 
 @pytest.fixture
 async def env(cluster: Any, namespace: str, sandbox_controller: object) -> AsyncIterator[Env]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield Env(client, namespace)
+    async with Env.connect(cluster.kubeconfig, namespace) as e:
+        yield e
 
 
 def conditions(obj: Obj) -> dict[str, Obj]:

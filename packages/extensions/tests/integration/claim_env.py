@@ -11,23 +11,19 @@ from __future__ import annotations
 import asyncio
 import builtins
 import copy
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
-EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
-T = TypeVar("T")
 POLL = 0.1
 WAIT = 180.0  # seconds: a generous bound for a loaded 2-core machine, never asserted on
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -61,28 +57,10 @@ def owner_ref(owner: Obj, kind: str) -> Obj:
     }
 
 
-@dataclass
-class ClaimEnv:
+class ClaimEnv(NamespaceApi):
     """An admin client in the test namespace, with object builders and waits."""
 
-    client: ApiClient
-    namespace: str
-
-    async def create(self, resource: Resource, body: Obj) -> Obj:
-        body = {"apiVersion": resource.api_version, "kind": resource.kind, **body}
-        return await self.client.create(resource, self.namespace, body)
-
-    async def get(self, resource: Resource, name: str) -> Obj | None:
-        try:
-            return await self.client.get(resource, self.namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    async def list(self, resource: Resource) -> builtins.list[Obj]:
-        listed = await self.client.list(resource, self.namespace)
-        return list(listed.get("items") or [])
+    wait = WAIT
 
     async def template(self, name: str, **spec: Any) -> Obj:
         body: Obj = {"podTemplate": pod_template()}
@@ -172,16 +150,6 @@ class ClaimEnv:
 
         return await self.until(all_ready, f"{count} warm members Ready")
 
-    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
-        """Poll ``probe`` until it returns something truthy (bounded; never a timing check)."""
-        last: T | None = None
-        for _ in range(int(WAIT / POLL)):
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(POLL)
-        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
-
     async def until_claim(self, name: str, *, status: str, reason: str | None = None) -> Obj:
         async def probe() -> Obj | None:
             claim = await self.get(SANDBOX_CLAIMS, name)
@@ -194,20 +162,8 @@ class ClaimEnv:
 
         return await self.until(probe, f"claim {name} Ready={status} reason={reason}")
 
-    async def until_gone(self, resource: Resource, name: str) -> None:
-        async def probe() -> bool:
-            return await self.get(resource, name) is None
-
-        await self.until(probe, f"{resource.plural}/{name} to be deleted")
-
     async def events_for(self, name: str) -> builtins.list[Obj]:
-        listed = await self.client.list(EVENTS, self.namespace)
-        return [
-            e
-            for e in listed.get("items", [])
-            if (e.get("regarding") or {}).get("name") == name
-            and (e.get("regarding") or {}).get("kind") == c.KIND_SANDBOX_CLAIM
-        ]
+        return await self.events_regarding(c.KIND_SANDBOX_CLAIM, name)
 
 
 async def wait_started(started: list[Any], count: int = 2) -> list[Any]:

@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 from claim_env import ClaimEnv
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 
 pytestmark = pytest.mark.integration
@@ -24,8 +22,7 @@ pytestmark = pytest.mark.integration
 async def env(
     cluster: Any, namespace: str, extensions_controller: list[Any]
 ) -> AsyncIterator[ClaimEnv]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        e = ClaimEnv(client, namespace)
+    async with ClaimEnv.connect(cluster.kubeconfig, namespace) as e:
         await e.template("good")
         await e.pool("good-pool", "good")
         yield e

@@ -10,8 +10,6 @@ import pytest
 from claim_env import ClaimEnv, conditions
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.extensions.common.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
 
 pytestmark = pytest.mark.integration
@@ -21,8 +19,7 @@ pytestmark = pytest.mark.integration
 async def env(
     cluster: Any, namespace: str, extensions_controller: list[Any]
 ) -> AsyncIterator[ClaimEnv]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        e = ClaimEnv(client, namespace)
+    async with ClaimEnv.connect(cluster.kubeconfig, namespace) as e:
         await e.template("tmpl")
         await e.pool("pool", "tmpl")
         yield e

@@ -19,8 +19,6 @@ import pytest
 from claim_env import ClaimEnv, conditions, sample, wait_started
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
 
 pytestmark = pytest.mark.integration
@@ -36,8 +34,8 @@ WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 async def env(
     cluster: Any, namespace: str, extensions_controller: list[Any]
 ) -> AsyncIterator[ClaimEnv]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield ClaimEnv(client, namespace)
+    async with ClaimEnv.connect(cluster.kubeconfig, namespace) as e:
+        yield e
 
 
 def _writes(manager: Any) -> float:

@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 from claim_env import ClaimEnv, conditions
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
 
 pytestmark = pytest.mark.integration
@@ -27,8 +25,8 @@ BEFORE_FALLBACK = 40.0  # seconds: well under the 60 s NotFound requeue
 async def env(
     cluster: Any, namespace: str, extensions_controller: list[Any]
 ) -> AsyncIterator[ClaimEnv]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield ClaimEnv(client, namespace)
+    async with ClaimEnv.connect(cluster.kubeconfig, namespace) as e:
+        yield e
 
 
 async def _ready_within(env: ClaimEnv, name: str, seconds: float) -> None:

@@ -24,8 +24,6 @@ from claim_env import (
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.extensions.common.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
 
 pytestmark = pytest.mark.integration
@@ -39,8 +37,8 @@ CLIENT_LATENCY_SUM = "agent_sandbox_client_claim_startup_latency_ms_sum"
 async def env(
     cluster: Any, namespace: str, extensions_controller: list[Any]
 ) -> AsyncIterator[ClaimEnv]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield ClaimEnv(client, namespace)
+    async with ClaimEnv.connect(cluster.kubeconfig, namespace) as e:
+        yield e
 
 
 def _forwarded(claim: dict[str, Any], sandbox: dict[str, Any]) -> None:

@@ -8,27 +8,21 @@ cluster garbage-collects the policy of a deleted template through its ownerRefer
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
+from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 pytestmark = pytest.mark.integration
 
-EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
-T = TypeVar("T")
-POLL = 0.1
-WAIT = 90.0  # seconds: a generous bound for a loaded machine, never asserted on
 
 DEFAULT_SPEC = {
     "podSelector": {"matchLabels": {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "69155462"}},
@@ -72,11 +66,9 @@ def _pod_template() -> Obj:
 
 
 @dataclass
-class Env:
+class Env(NamespaceApi):
     """An admin client, the test's namespace and helpers."""
 
-    client: ApiClient
-    namespace: str
     manager: Manager
 
     def controller_puts(self) -> float:
@@ -91,34 +83,8 @@ class Env:
         return total
 
     async def create_template(self, name: str, **spec: Any) -> Obj:
-        body = {
-            "apiVersion": SANDBOX_TEMPLATES.api_version,
-            "kind": "SandboxTemplate",
-            "metadata": {"name": name},
-            "spec": {"podTemplate": _pod_template(), **spec},
-        }
-        return await self.client.create(SANDBOX_TEMPLATES, self.namespace, body)
-
-    async def get(self, resource: Resource, name: str) -> Obj | None:
-        try:
-            return await self.client.get(resource, self.namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    async def patch(self, resource: Resource, name: str, patch: Obj) -> Obj:
-        return await self.client.patch(resource, self.namespace, name, patch)
-
-    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
-        """Poll ``probe`` until it returns something truthy (bounded; never a timing check)."""
-        last: T | None = None
-        for _ in range(int(WAIT / POLL)):
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(POLL)
-        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
+        body = {"metadata": {"name": name}, "spec": {"podTemplate": _pod_template(), **spec}}
+        return await self.create(SANDBOX_TEMPLATES, body)
 
     async def until_policy(self, name: str, check: Callable[[Obj], bool], what: str) -> Obj:
         async def probe() -> Obj | None:
@@ -126,12 +92,6 @@ class Env:
             return policy if policy is not None and check(policy) else None
 
         return await self.until(probe, what)
-
-    async def until_gone(self, resource: Resource, name: str) -> None:
-        async def probe() -> bool:
-            return await self.get(resource, name) is None
-
-        await self.until(probe, f"{resource.plural}/{name} to be deleted")
 
     async def until_labelled(self, name: str) -> Obj:
         async def probe() -> Obj | None:
@@ -142,13 +102,10 @@ class Env:
         return await self.until(probe, f"template {name} to be labelled")
 
     async def template_warnings(self, name: str) -> list[str]:
-        listed = await self.client.list(EVENTS, self.namespace)
         return [
             str(e.get("note"))
-            for e in listed.get("items", [])
-            if (e.get("regarding") or {}).get("kind") == "SandboxTemplate"
-            and (e.get("regarding") or {}).get("name") == name
-            and e.get("type") == "Warning"
+            for e in await self.events_regarding("SandboxTemplate", name)
+            if e.get("type") == "Warning"
         ]
 
     async def until_warning(self, name: str, note: str) -> None:
@@ -160,8 +117,8 @@ class Env:
 
 @pytest.fixture
 async def env(cluster: Any, namespace: str, extensions_controller: list[Any]) -> AsyncIterator[Env]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield Env(client, namespace, extensions_controller[0])
+    async with Env.connect(cluster.kubeconfig, namespace, manager=extensions_controller[0]) as e:
+        yield e
 
 
 def _owner_refs(policy: Obj) -> list[Obj]:

@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import Obj, Resource
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from kube_agent_sandbox.testing.nsapi import EVENTS, NamespaceApi
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 POLL = 0.2
 WAIT = 120.0  # seconds: a generous bound for a loaded 2-core machine, never asserted on
 HPAS = Resource(
@@ -39,7 +37,6 @@ HPAS = Resource(
     plural="horizontalpodautoscalers",
     kind="HorizontalPodAutoscaler",
 )
-EVENTS = Resource(group="events.k8s.io", version="v1", plural="events", kind="Event")
 POOL_RESOURCE = f"{SANDBOX_WARM_POOLS.plural}.{SANDBOX_WARM_POOLS.group}"
 
 
@@ -81,41 +78,16 @@ def image_of(sandbox: Obj) -> str:
 
 
 @dataclass
-class Env:
-    client: ApiClient
-    namespace: str
+class Env(NamespaceApi):
     cluster: Any
 
-    async def create(self, resource: Resource, body: Obj) -> Obj:
-        return await self.client.create(resource, self.namespace, body)
-
-    async def get(self, resource: Resource, name: str) -> Obj | None:
-        try:
-            return await self.client.get(resource, self.namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-
-    async def patch(self, resource: Resource, name: str, patch: Obj) -> Obj:
-        return await self.client.patch(resource, self.namespace, name, patch)
+    poll = POLL
+    wait = WAIT
 
     async def members(self, pool: str) -> list[Obj]:
-        listed = await self.client.list(
-            SANDBOXES,
-            self.namespace,
-            label_selector=f"{c.LABEL_WARM_POOL_SANDBOX}={name_hash(pool)}",
-        )
-        return [sb for sb in listed.get("items", []) if not sb["metadata"].get("deletionTimestamp")]
-
-    async def until(self, probe: Callable[[], Awaitable[T | None]], what: str) -> T:
-        last: T | None = None
-        for _ in range(int(WAIT / POLL)):
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(POLL)
-        raise AssertionError(f"gave up waiting for {what}; last seen: {last!r}")
+        selector = f"{c.LABEL_WARM_POOL_SANDBOX}={name_hash(pool)}"
+        listed = await self.list(SANDBOXES, label_selector=selector)
+        return [sb for sb in listed if not sb["metadata"].get("deletionTimestamp")]
 
     async def until_members(
         self, pool: str, count: int, *, ready: bool = True, check: Callable[[Obj], bool] = bool
@@ -148,8 +120,8 @@ class Env:
 
 @pytest.fixture
 async def env(cluster: Any, namespace: str, extensions_controller: list[Any]) -> AsyncIterator[Env]:
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as client:
-        yield Env(client, namespace, cluster)
+    async with Env.connect(cluster.kubeconfig, namespace, cluster=cluster) as e:
+        yield e
 
 
 class TestWarmPool:
