@@ -13,6 +13,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.extensions.common.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
 
 pytestmark = pytest.mark.integration
+HOLD_FINALIZER = "test.agents.x-k8s.io/hold"
 
 
 @pytest.fixture
@@ -67,7 +68,12 @@ class TestClaimLifecycle:
             "pool",
             lifecycle={"shutdownTime": _soon(15), "shutdownPolicy": "DeleteForeground"},
         )
-        await env.until_claim("fg", status="True")
+        ready = await env.until_claim("fg", status="True")
+        sandbox = ready["status"]["sandbox"]["name"]
+        # A finalizer of the test's holds the Sandbox, so the claim's foreground deletion stays
+        # visible (deletionTimestamp + foregroundDeletion) until the test lets go; without it
+        # kwok's fast garbage collection can finish between two polls.
+        await env.patch(SANDBOXES, sandbox, {"metadata": {"finalizers": [HOLD_FINALIZER]}})
 
         async def deleting() -> dict[str, Any] | None:
             claim = await env.get(SANDBOX_CLAIMS, "fg")
@@ -77,8 +83,9 @@ class TestClaimLifecycle:
 
         claim = await env.until(deleting, "claim with deletionTimestamp")
         assert "foregroundDeletion" in claim["metadata"].get("finalizers", [])
+        await env.patch(SANDBOXES, sandbox, {"metadata": {"finalizers": None}})
         await env.until_gone(SANDBOX_CLAIMS, "fg")
-        assert await env.get(SANDBOXES, "fg") is None
+        assert await env.get(SANDBOXES, sandbox) is None
 
     async def test_ttl_after_finished(self, env: ClaimEnv) -> None:
         await env.claim("ttl", "pool", lifecycle={"ttlSecondsAfterFinished": 0})
