@@ -30,13 +30,14 @@ from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.types import Resource
+from kube_agent_sandbox.extensions.common.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+)
 
 log = logging.getLogger(__name__)
 
-TEMPLATES = Resource(c.EXTENSIONS_GROUP, c.V1BETA1, "sandboxtemplates", c.KIND_SANDBOX_TEMPLATE)
-POOLS = Resource(c.EXTENSIONS_GROUP, c.V1BETA1, "sandboxwarmpools", c.KIND_SANDBOX_WARM_POOL)
-CLAIMS = Resource(c.EXTENSIONS_GROUP, c.V1BETA1, "sandboxclaims", c.KIND_SANDBOX_CLAIM)
 TEMPLATE = "bench-template"
 POOL = "bench-pool"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -132,7 +133,7 @@ def _claim(name: str) -> dict[str, Any]:
 
 
 async def _pool_ready(client: ApiClient) -> int:
-    pool = await client.get(POOLS, NAMESPACE, POOL)
+    pool = await client.get(SANDBOX_WARM_POOLS, NAMESPACE, POOL)
     return int((pool.get("status") or {}).get("readyReplicas") or 0)
 
 
@@ -170,14 +171,14 @@ async def _measure(
     env: BenchCluster, result: BenchResult, claims: int, rate: float, pool: int, within: float
 ) -> None:
     async with env.admin_client(connections=64) as client:
-        await client.create(TEMPLATES, NAMESPACE, _template())
-        await client.create(POOLS, NAMESPACE, _pool(pool))
+        await client.create(SANDBOX_TEMPLATES, NAMESPACE, _template())
+        await client.create(SANDBOX_WARM_POOLS, NAMESPACE, _pool(pool))
         fill = await _wait_pool_full(client, pool, within=within)
         result.add("pool fill", pool / fill if fill else None, "sandboxes/s")
         writes_before = _apiserver_writes(env)
         controller_before = await _controller_writes(env)
 
-        tracker = SandboxTracker(client, NAMESPACE, resource=CLAIMS)
+        tracker = SandboxTracker(client, NAMESPACE, resource=SANDBOX_CLAIMS)
         await tracker.start()
         try:
             names = [f"claim-{i:05d}" for i in range(claims)]
@@ -188,7 +189,7 @@ async def _measure(
                 await asyncio.sleep(max(0.0, at - time.monotonic()))
                 sent[name] = time.monotonic()
                 try:
-                    await client.create(CLAIMS, NAMESPACE, _claim(name))
+                    await client.create(SANDBOX_CLAIMS, NAMESPACE, _claim(name))
                 except Exception as err:  # counted and reported, the run goes on
                     failures.append(f"{name}: {err}")
 
