@@ -33,36 +33,50 @@ Manifest = Mapping[str, Any]
 ManifestSource = Manifest | Sequence[Manifest] | str | Path
 
 
-class KubectlError(RuntimeError):
-    """kubectl exited with an error."""
+class ToolError(RuntimeError):
+    """A command-line tool of the harness (kubectl, helm) exited with an error."""
+
+    tool = "tool"
 
     def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
         """Record the failed command.
 
         Args:
-            args: kubectl arguments.
+            args: The tool's arguments.
             returncode: Exit status.
-            stderr: What kubectl printed on stderr.
+            stderr: What the tool printed on stderr.
         """
-        super().__init__(f"kubectl {' '.join(args)} exited {returncode}: {stderr.strip()}")
+        super().__init__(f"{self.tool} {' '.join(args)} exited {returncode}: {stderr.strip()}")
         self.returncode = returncode
         self.stderr = stderr
 
 
-def find_kubectl(bin_dir: Path | None = None) -> Path | None:
-    """The pinned kubectl from the build cache, else the first kubectl on PATH.
+class KubectlError(ToolError):
+    """kubectl exited with an error."""
+
+    tool = "kubectl"
+
+
+def find_tool(name: str, bin_dir: Path | None = None) -> Path | None:
+    """The pinned ``name`` from the build cache, else the first ``name`` on PATH.
 
     Args:
+        name: Executable name (``kubectl``, ``helm``).
         bin_dir: Build cache directory to look in first (the pinned one when None).
 
     Returns:
-        The path, or None when there is no kubectl at all.
+        The path, or None when the tool is nowhere.
     """
-    candidate = (bin_dir or versions.bin_dir()) / "kubectl"
+    candidate = (bin_dir or versions.bin_dir()) / name
     if candidate.is_file() and os.access(candidate, os.X_OK):
         return candidate
-    found = shutil.which("kubectl")
+    found = shutil.which(name)
     return Path(found) if found else None
+
+
+def find_kubectl(bin_dir: Path | None = None) -> Path | None:
+    """The pinned kubectl from the build cache, else the first kubectl on PATH."""
+    return find_tool("kubectl", bin_dir)
 
 
 def load_manifests(source: ManifestSource) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ config or repository list of the user's is read or written).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,41 +16,20 @@ from typing import Any
 
 import yaml
 
-from kube_agent_sandbox.testing import versions
+from kube_agent_sandbox.testing.access import ToolError, find_tool
 
 __all__ = ["Helm", "HelmError", "find_helm", "parse_documents"]
 
 
-class HelmError(RuntimeError):
+class HelmError(ToolError):
     """helm exited with an error."""
 
-    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
-        """Record the failed command.
-
-        Args:
-            args: helm arguments.
-            returncode: Exit status.
-            stderr: What helm printed on stderr.
-        """
-        super().__init__(f"helm {' '.join(args)} exited {returncode}: {stderr.strip()}")
-        self.returncode = returncode
-        self.stderr = stderr
+    tool = "helm"
 
 
 def find_helm(bin_dir: Path | None = None) -> Path | None:
-    """The pinned helm from the build cache, else the first helm on PATH.
-
-    Args:
-        bin_dir: Build cache directory to look in first (the pinned one when None).
-
-    Returns:
-        The path, or None when there is no helm at all.
-    """
-    candidate = (bin_dir or versions.bin_dir()) / "helm"
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate
-    found = shutil.which("helm")
-    return Path(found) if found else None
+    """The pinned helm from the build cache, else the first helm on PATH."""
+    return find_tool("helm", bin_dir)
 
 
 def parse_documents(text: str) -> list[dict[str, Any]]:
