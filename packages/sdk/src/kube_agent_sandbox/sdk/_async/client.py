@@ -606,31 +606,9 @@ class AsyncSandboxClient:
 
         A Sandbox already suspended is left alone and no latency is recorded.
         """
-        ns = self._ns(namespace)
-        current = await self.get(name, namespace=ns)
-        if (current.get("spec") or {}).get("operatingMode") == "Suspended":
-            return current
-        started = time.monotonic()
-        success = False
-        try:
-            obj = await self._patch(
-                SANDBOXES, name, builders.operating_mode_patch("Suspended"), namespace=ns
-            )
-            if wait:
-                obj = await self._wait(
-                    SANDBOXES,
-                    name,
-                    namespace=ns,
-                    timeout=timeout,
-                    done=readiness.is_suspended,
-                    what="Suspended",
-                )
-            success = True
-            return obj
-        finally:
-            metrics.observe(
-                metrics.SUSPEND_LATENCY, started=started, ended=time.monotonic(), success=success
-            )
+        return await self._set_operating_mode(
+            name, "Suspended", namespace=namespace, wait=wait, timeout=timeout
+        )
 
     async def resume(
         self,
@@ -644,24 +622,40 @@ class AsyncSandboxClient:
 
         A Sandbox already running is left alone and no latency is recorded.
         """
+        return await self._set_operating_mode(
+            name, "Running", namespace=namespace, wait=wait, timeout=timeout
+        )
+
+    async def _set_operating_mode(
+        self, name: str, mode: str, *, namespace: str | None, wait: bool, timeout: float
+    ) -> Obj:
+        """Patch ``operatingMode`` (a no-op when already there) and time it in its histogram."""
         ns = self._ns(namespace)
         current = await self.get(name, namespace=ns)
-        if (current.get("spec") or {}).get("operatingMode", "Running") == "Running":
+        if (current.get("spec") or {}).get("operatingMode", "Running") == mode:
             return current
+        histogram = metrics.SUSPEND_LATENCY if mode == "Suspended" else metrics.RESUME_LATENCY
         started = time.monotonic()
         success = False
         try:
             obj = await self._patch(
-                SANDBOXES, name, builders.operating_mode_patch("Running"), namespace=ns
+                SANDBOXES, name, builders.operating_mode_patch(mode), namespace=ns
             )
-            if wait:
+            if wait and mode == "Suspended":
+                obj = await self._wait(
+                    SANDBOXES,
+                    name,
+                    namespace=ns,
+                    timeout=timeout,
+                    done=readiness.is_suspended,
+                    what="Suspended",
+                )
+            elif wait:
                 obj = await self.wait_ready(name, namespace=ns, timeout=timeout)
             success = True
             return obj
         finally:
-            metrics.observe(
-                metrics.RESUME_LATENCY, started=started, ended=time.monotonic(), success=success
-            )
+            metrics.observe(histogram, started=started, ended=time.monotonic(), success=success)
 
     async def set_shutdown_time(
         self,
