@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.testing import versions
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, free_port
@@ -64,7 +65,6 @@ POOL = "demo-pool"
 POOL_SIZE = 2
 CLAIM = "demo-claim"
 EXTENSIONS_KUSTOMIZATION = "manifests/overlays/extensions"
-EXTENSIONS_API_VERSION = "extensions.agents.x-k8s.io/v1beta1"
 # kwok pods run nothing, so any image name works there.
 KWOK_IMAGE = "localhost/agent-sandbox/python:kwok-simulated"
 
@@ -171,23 +171,23 @@ def fill_warm_pool(ctx: DemoContext) -> str:
         "command": ["python3", "-c", "import time; time.sleep(86400)"],
     }
     template = {
-        "apiVersion": EXTENSIONS_API_VERSION,
-        "kind": "SandboxTemplate",
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_TEMPLATE,
         "metadata": {"name": TEMPLATE},
         "spec": {
             "podTemplate": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 1}}
         },
     }
     pool = {
-        "apiVersion": EXTENSIONS_API_VERSION,
-        "kind": "SandboxWarmPool",
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_WARM_POOL,
         "metadata": {"name": POOL},
         "spec": {"replicas": POOL_SIZE, "sandboxTemplateRef": {"name": TEMPLATE}},
     }
     ctx.access.apply([template, pool], namespace=NAMESPACE)
     wait_for_object(
         ctx.access.api_client(),
-        ObjectRef(EXTENSIONS_API_VERSION, "SandboxWarmPool", POOL, NAMESPACE),
+        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, POOL, NAMESPACE),
         lambda o: (o.get("status") or {}).get("readyReplicas") == POOL_SIZE,
         timeout=240,
         what=f"{POOL_SIZE} Ready members",
@@ -198,8 +198,8 @@ def fill_warm_pool(ctx: DemoContext) -> str:
 def claim_from_pool(ctx: DemoContext) -> str:
     """Claim a sandbox from the warm pool and time it until the claim is Ready."""
     claim = {
-        "apiVersion": EXTENSIONS_API_VERSION,
-        "kind": "SandboxClaim",
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_CLAIM,
         "metadata": {"name": CLAIM},
         "spec": {"warmPoolRef": {"name": POOL}},
     }
@@ -207,7 +207,7 @@ def claim_from_pool(ctx: DemoContext) -> str:
     ctx.access.apply(claim, namespace=NAMESPACE)
     ready = wait_for_object(
         ctx.access.api_client(),
-        ObjectRef(EXTENSIONS_API_VERSION, "SandboxClaim", CLAIM, NAMESPACE),
+        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_CLAIM, CLAIM, NAMESPACE),
         lambda o: condition_status(o, "Ready") == "True",
         timeout=120,
         what="Ready",
