@@ -25,7 +25,7 @@ from kubernetes import client
 
 from kube_agent_sandbox.controller import __version__, rbacgen
 from kube_agent_sandbox.controller.config import parse_args, validate
-from kube_agent_sandbox.controller.rbac import PolicyRule, normalize_rules
+from kube_agent_sandbox.controller.rbac import PolicyRule, normalize_manifest_rules, normalize_rules
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.helm import Helm, find_helm, parse_documents
 from kube_agent_sandbox.testing.plugin import unavailable
@@ -68,7 +68,7 @@ def _container(objects: Objects, name: str = NAME) -> dict[str, Any]:
 
 
 def _rules(path: str) -> list[PolicyRule]:
-    return normalize_rules(yaml.safe_load((CHART / path).read_text()))
+    return normalize_manifest_rules(yaml.safe_load((CHART / path).read_text()))
 
 
 # --- lint and default rendering -----------------------------------------------------------------
@@ -167,15 +167,17 @@ def test_defaults_match_the_kustomize_deployment(helm: Helm, cluster: ClusterAcc
 
 def test_rbac_comes_from_the_generated_files(helm: Helm) -> None:
     objects = _render(helm)
-    cluster_role = normalize_rules(objects[("ClusterRole", NAME)]["rules"])
+    cluster_role = normalize_manifest_rules(objects[("ClusterRole", NAME)]["rules"])
     assert cluster_role == normalize_rules(rbacgen.core_rules(leader_election=False))
     assert cluster_role == _rules(rbacgen.CHART_CONTROLLER_FILE)
     assert not [r for r in cluster_role if "leases" in r.resources]
     lease_role = objects[("Role", f"{NAME}-leader-election")]
     assert lease_role["metadata"]["namespace"] == NAMESPACE
-    assert normalize_rules(lease_role["rules"]) == _rules(rbacgen.CHART_LEADER_ELECTION_FILE)
+    assert normalize_manifest_rules(lease_role["rules"]) == _rules(
+        rbacgen.CHART_LEADER_ELECTION_FILE
+    )
     secret_role = objects[("Role", NAME)]
-    assert normalize_rules(secret_role["rules"]) == _rules(rbacgen.CHART_WEBHOOK_FILE)
+    assert normalize_manifest_rules(secret_role["rules"]) == _rules(rbacgen.CHART_WEBHOOK_FILE)
     subject = {"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}
     for kind, name, role_kind in (
         ("ClusterRoleBinding", NAME, "ClusterRole"),
@@ -218,8 +220,8 @@ def test_extensions_on(helm: Helm) -> None:
     assert "--extensions" in args
     assert parse_args(args).extensions is True
     role = objects[("ClusterRole", f"{NAME}-extensions")]
-    assert normalize_rules(role["rules"]) == rbacgen.extension_rules()
-    assert normalize_rules(role["rules"]) == _rules(rbacgen.CHART_EXTENSIONS_FILE)
+    assert normalize_manifest_rules(role["rules"]) == rbacgen.extension_rules()
+    assert normalize_manifest_rules(role["rules"]) == _rules(rbacgen.CHART_EXTENSIONS_FILE)
     binding = objects[("ClusterRoleBinding", f"{NAME}-extensions")]
     assert binding["roleRef"]["name"] == f"{NAME}-extensions"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]

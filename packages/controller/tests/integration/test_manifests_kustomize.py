@@ -18,7 +18,7 @@ import yaml
 
 from kube_agent_sandbox.controller import rbacgen
 from kube_agent_sandbox.controller.config import parse_args, validate
-from kube_agent_sandbox.controller.rbac import normalize_rules
+from kube_agent_sandbox.controller.rbac import normalize_manifest_rules
 from kube_agent_sandbox.testing.access import ClusterAccess
 
 pytestmark = pytest.mark.integration
@@ -150,7 +150,7 @@ def test_extensions_overlay_turns_extensions_on(cluster: ClusterAccess) -> None:
     ]
     # The rules the extension controllers declare, as rbacgen wrote them.
     role = objects[("ClusterRole", "agent-sandbox-controller-extensions")]
-    assert normalize_rules(role.get("rules") or []) == rbacgen.extension_rules()
+    assert normalize_manifest_rules(role.get("rules") or []) == rbacgen.extension_rules()
 
 
 def test_image_is_overridable(cluster: ClusterAccess, tmp_path: Path) -> None:

@@ -152,40 +152,73 @@ async def test_extensions_without_plugins_fail(monkeypatch: pytest.MonkeyPatch) 
             ControllerOptions(), client, metrics=RuntimeMetrics(), lease_namespace="ns"
         )
         with pytest.raises(app.StartupError, match="no extension plugin is installed"):
-            await app.setup_extensions(manager, parse_args(["--extensions"]))
+            app.setup_extensions(manager, parse_args(["--extensions"]))
+
+
+FAKE_EXTENSION = """
+from kube_agent_sandbox.controller.plugins import ControllerPlugin
+
+CALLS = []
+
+def setup(manager, options):
+    CALLS.append((manager, options))
+
+plugin = ControllerPlugin(name={name!r}, setup=setup)
+"""
 
 
 async def test_extension_plugins_get_manager_and_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The plugin contract: ``setup(manager, options)``, sync or async, in name order."""
+    """The plugin contract: ``setup(manager, options)`` of each plugin, in entry point order."""
     from importlib import metadata
 
-    (tmp_path / "fake_ext_async.py").write_text(
-        "CALLS = []\nasync def setup(manager, options):\n    CALLS.append((manager, options))\n"
-    )
-    (tmp_path / "fake_ext_sync.py").write_text(
-        "CALLS = []\ndef setup(manager, options):\n    CALLS.append((manager, options))\n"
-    )
+    (tmp_path / "fake_ext_first.py").write_text(FAKE_EXTENSION.format(name="first"))
+    (tmp_path / "fake_ext_second.py").write_text(FAKE_EXTENSION.format(name="second"))
     monkeypatch.syspath_prepend(str(tmp_path))
     group = "kube_agent_sandbox.extensions"
     entry_points = [
-        metadata.EntryPoint("b-sync", "fake_ext_sync", group),
-        metadata.EntryPoint("a-async", "fake_ext_async", group),
+        metadata.EntryPoint("b", "fake_ext_second:plugin", group),
+        metadata.EntryPoint("a", "fake_ext_first:plugin", group),
     ]
     monkeypatch.setattr(app, "load_plugins", lambda: app_plugins.load_plugins(entry_points))
     options = parse_args(["--extensions", "--sandbox-claim-concurrent-workers=7"])
     async with _client(options) as client:
         manager = app.build_manager(options, client, metrics=RuntimeMetrics(), lease_namespace="n")
-        await app.setup_extensions(manager, options)
-    import fake_ext_async  # type: ignore[import-not-found]
-    import fake_ext_sync  # type: ignore[import-not-found]
+        app.setup_extensions(manager, options)
+    import fake_ext_first  # type: ignore[import-not-found]
+    import fake_ext_second  # type: ignore[import-not-found]
 
-    for module in (fake_ext_async, fake_ext_sync):
+    for module in (fake_ext_first, fake_ext_second):
         ((got_manager, got_options),) = module.CALLS
         assert got_manager is manager
         assert got_options.sandbox_claim_concurrent_workers == 7
         assert got_options.allowed_label_domains == ()
+
+
+async def test_an_async_extension_setup_is_a_startup_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib import metadata
+
+    (tmp_path / "fake_ext_async.py").write_text(
+        "from kube_agent_sandbox.controller.plugins import ControllerPlugin\n"
+        "async def setup(manager, options):\n    pass\n"
+        "plugin = ControllerPlugin(name='async-ext', setup=setup)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = metadata.EntryPoint(
+        "async-ext", "fake_ext_async:plugin", "kube_agent_sandbox.extensions"
+    )
+    monkeypatch.setattr(app, "load_plugins", lambda: app_plugins.load_plugins([entry]))
+    options = parse_args(["--extensions"])
+    async with _client(options) as client:
+        manager = app.build_manager(options, client, metrics=RuntimeMetrics(), lease_namespace="n")
+        with pytest.raises(app.StartupError) as caught:
+            app.setup_extensions(manager, options)
+    assert caught.value.message == "unable to create controller"
+    assert caught.value.fields == {"controller": "async-ext"}
+    assert isinstance(caught.value.__cause__, app_plugins.PluginError)
 
 
 async def test_failing_extension_setup_is_a_startup_error(
@@ -194,15 +227,17 @@ async def test_failing_extension_setup_is_a_startup_error(
     from importlib import metadata
 
     (tmp_path / "fake_ext_broken.py").write_text(
+        "from kube_agent_sandbox.controller.plugins import ControllerPlugin\n"
         "def setup(manager, options):\n    raise RuntimeError('nope')\n"
+        "plugin = ControllerPlugin(name='broken', setup=setup)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    entry = metadata.EntryPoint("broken", "fake_ext_broken", "kube_agent_sandbox.extensions")
+    entry = metadata.EntryPoint("broken", "fake_ext_broken:plugin", "kube_agent_sandbox.extensions")
     monkeypatch.setattr(app, "load_plugins", lambda: app_plugins.load_plugins([entry]))
     options = parse_args(["--extensions"])
     async with _client(options) as client:
         manager = app.build_manager(options, client, metrics=RuntimeMetrics(), lease_namespace="n")
         with pytest.raises(app.StartupError) as caught:
-            await app.setup_extensions(manager, options)
+            app.setup_extensions(manager, options)
     assert caught.value.message == "unable to create controller"
     assert caught.value.fields == {"controller": "broken"}

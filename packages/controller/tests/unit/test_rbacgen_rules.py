@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +10,12 @@ import pytest
 import yaml
 
 from kube_agent_sandbox.controller import rbac, rbacgen
-from kube_agent_sandbox.controller.plugins import PluginError, load_plugins
-from kube_agent_sandbox.controller.rbac import PolicyRule, coerce_rule, normalize_rules, rule
+from kube_agent_sandbox.controller.rbac import (
+    PolicyRule,
+    normalize_manifest_rules,
+    normalize_rules,
+    rule,
+)
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -85,7 +88,7 @@ def test_normalization_is_order_independent_and_lossless() -> None:
         shuffled = declared[:]
         rng.shuffle(shuffled)
         assert normalize_rules(shuffled) == expected
-    assert _as_set(expected) == _as_set([coerce_rule(d) for d in declared])
+    assert _as_set(expected) == _as_set(declared)
 
 
 @pytest.mark.parametrize(
@@ -93,28 +96,40 @@ def test_normalization_is_order_independent_and_lossless() -> None:
     [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
         {"apiGroups": "", "resources": "pods", "verbs": "get"},
-        type("RuleLike", (), {"api_groups": [""], "resources": ["pods"], "verbs": ["get"]})(),
-        PolicyRule(("",), ("pods",), ("get",)),
     ],
 )
-def test_coerce_accepts_every_declared_shape(declared: Any) -> None:
-    assert coerce_rule(declared) == PolicyRule(("",), ("pods",), ("get",))
+def test_manifest_rules_are_read_back(declared: dict[str, Any]) -> None:
+    assert PolicyRule.from_dict(declared) == PolicyRule(("",), ("pods",), ("get",))
 
 
-def test_coerce_keeps_resource_names_from_dicts() -> None:
+def test_manifest_rules_keep_resource_names() -> None:
     declared = {
         "apiGroups": [""],
         "resources": ["secrets"],
         "verbs": ["get"],
         "resourceNames": ["s"],
     }
-    assert coerce_rule(declared).resource_names == ("s",)
+    assert PolicyRule.from_dict(declared).resource_names == ("s",)
 
 
 @pytest.mark.parametrize("declared", [42, "pods", None, object()])
-def test_coerce_rejects_non_rules(declared: object) -> None:
+def test_non_mappings_are_not_manifest_rules(declared: Any) -> None:
     with pytest.raises(TypeError, match="not an RBAC rule"):
-        coerce_rule(declared)
+        PolicyRule.from_dict(declared)
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        type("RuleLike", (), {"api_groups": [""], "resources": ["pods"], "verbs": ["get"]})(),
+        42,
+    ],
+)
+def test_normalize_takes_only_policy_rules(declared: Any) -> None:
+    """Declarations are typed: a dict or a look-alike is refused, not guessed at."""
+    with pytest.raises(TypeError, match="not a PolicyRule"):
+        normalize_rules([rule("", "pods", "get"), declared])
 
 
 @pytest.mark.parametrize(
@@ -127,7 +142,7 @@ def test_coerce_rejects_non_rules(declared: object) -> None:
 )
 def test_incomplete_rules_are_refused(declared: dict[str, list[str]]) -> None:
     with pytest.raises(ValueError, match="incomplete rule"):
-        coerce_rule(declared)
+        normalize_manifest_rules([declared])
 
 
 @pytest.mark.parametrize("verb", ["create", "list", "watch", "deletecollection"])
@@ -257,48 +272,6 @@ def test_webhook_secret_role_is_name_scoped() -> None:
 # --- extension plugins ---------------------------------------------------------------------------
 
 
-def _plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, body: str) -> None:
-    (tmp_path / f"{name}.py").write_text(body)
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-
-def test_plugins_load_sorted_with_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _plugin_module(
-        tmp_path,
-        monkeypatch,
-        "fake_plugin_one",
-        "rbac_rules = [{'apiGroups': ['x'], 'resources': ['ys'], 'verbs': ['get']}]\n"
-        "def setup(manager, options):\n    return None\n",
-    )
-    _plugin_module(tmp_path, monkeypatch, "fake_plugin_two", "def setup(m, o):\n    pass\n")
-    group = "kube_agent_sandbox.extensions"
-    plugins = load_plugins(
-        [
-            metadata.EntryPoint("zeta", "fake_plugin_two", group),
-            metadata.EntryPoint("alpha", "fake_plugin_one", group),
-        ]
-    )
-    assert [p.name for p in plugins] == ["alpha", "zeta"]
-    assert normalize_rules(plugins[0].rbac_rules) == [PolicyRule(("x",), ("ys",), ("get",))]
-    assert plugins[1].rbac_rules == ()
-    assert callable(plugins[1].setup)
-
-
-def test_plugin_without_setup_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _plugin_module(tmp_path, monkeypatch, "fake_plugin_nosetup", "x = 1\n")
-    (plugin,) = load_plugins(
-        [metadata.EntryPoint("bad", "fake_plugin_nosetup", "kube_agent_sandbox.extensions")]
-    )
-    with pytest.raises(PluginError, match="no callable setup"):
-        _ = plugin.setup
-
-
-def test_plugin_import_failure_is_reported() -> None:
-    entry = metadata.EntryPoint("gone", "no_such_module_xyz:thing", "kube_agent_sandbox.extensions")
-    with pytest.raises(PluginError, match="cannot load plugin gone"):
-        load_plugins([entry])
-
-
 # --- the Helm chart's copies of the rules --------------------------------------------------------
 
 CHART = REPO / "charts" / "agent-sandbox"
@@ -312,13 +285,13 @@ CHART_FILES = (
 
 def _role_rules(path: Path) -> list[PolicyRule]:
     document = yaml.safe_load(path.read_text())
-    return normalize_rules(document["rules"])
+    return normalize_manifest_rules(document["rules"])
 
 
 def _list_rules(path: Path) -> list[PolicyRule]:
     rules = yaml.safe_load(path.read_text())
     assert isinstance(rules, list)
-    return normalize_rules(rules)
+    return normalize_manifest_rules(rules)
 
 
 def test_chart_dir_alone_writes_only_the_chart_files(tmp_path: Path) -> None:
@@ -386,7 +359,7 @@ def test_chart_follows_the_extension_plugins(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(rbacgen, "extension_rules", lambda: normalize_rules(declared))
     files = {f.path: f.content or "" for f in rbacgen.render_chart(rbacgen.chart_rules())}
     listed = yaml.safe_load(files[rbacgen.CHART_EXTENSIONS_FILE])
-    assert normalize_rules(listed) == normalize_rules(declared)
+    assert normalize_manifest_rules(listed) == normalize_rules(declared)
 
 
 def test_chart_templates_include_every_generated_file() -> None:

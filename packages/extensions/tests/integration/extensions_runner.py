@@ -36,7 +36,7 @@ def _setup_module(name: str) -> Any:
 
 def extensions_role(names: Sequence[str]) -> dict[str, Any]:
     """The extensions ClusterRole for the chosen controllers, from what they declare."""
-    declared: list[object] = []
+    declared: list[rbac.PolicyRule] = []
     for name in names:
         declared.extend(_setup_module(name).RBAC_RULES)
     return {

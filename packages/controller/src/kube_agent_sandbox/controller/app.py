@@ -10,9 +10,7 @@ exit status 1.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import importlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +25,12 @@ from kube_agent_sandbox.controller.config import (
     ControllerOptions,
     read_allowed_label_domains,
 )
-from kube_agent_sandbox.controller.plugins import PluginError, load_plugins, run_setup
+from kube_agent_sandbox.controller.plugins import (
+    ControllerPlugin,
+    PluginError,
+    install_plugin,
+    load_plugins,
+)
 from kube_agent_sandbox.controller.profiling import profiling_handlers
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import ClusterConfig, load_config
@@ -35,6 +38,7 @@ from kube_agent_sandbox.controller.runtime.config import ConfigError as ClusterC
 from kube_agent_sandbox.controller.runtime.leaderelection import LeaderElectionConfig
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
+from kube_agent_sandbox.controller.sandbox import plugin as sandbox_plugin
 from kube_agent_sandbox.controller.version import register_build_info
 from kube_agent_sandbox.controller.webhook import certs
 from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks
@@ -45,6 +49,7 @@ __all__ = [
     "StartupError",
     "build_client",
     "build_manager",
+    "install",
     "load_cluster_config",
     "prepare_webhook",
     "resolve_leader_election_namespace",
@@ -61,7 +66,6 @@ CONNECTIONS_PER_API_CONNECTION: Final = 100
 """Concurrent requests one upstream HTTP/2 connection carries (the apiserver's default
 ``SETTINGS_MAX_CONCURRENT_STREAMS``); our HTTP/1.1 pool gets this many sockets per
 ``--api-connections``."""
-SANDBOX_SETUP_MODULE: Final = "kube_agent_sandbox.controller.sandbox.setup"
 
 
 class StartupError(Exception):
@@ -281,28 +285,30 @@ def build_manager(
     return manager
 
 
-async def setup_sandbox_controller(manager: Manager, options: ControllerOptions) -> None:
-    """Register the core Sandbox controller (always on).
+def install(manager: Manager, options: ControllerOptions, plugin: ControllerPlugin) -> None:
+    """Install one plugin on ``manager``.
+
+    Raises:
+        StartupError: ``unable to create controller`` (``controller=<plugin name>``).
+    """
+    try:
+        install_plugin(plugin, manager, options)
+    except Exception as err:
+        raise StartupError(
+            "unable to create controller", fields={"controller": plugin.name}
+        ) from err
+
+
+def setup_sandbox_controller(manager: Manager, options: ControllerOptions) -> None:
+    """Register the core Sandbox controller (always on) through its plugin.
 
     Raises:
         StartupError: ``unable to create controller`` (controller=Sandbox).
     """
-    module = importlib.import_module(SANDBOX_SETUP_MODULE)
-    setup = getattr(module, "setup", None)
-    if not callable(setup):
-        raise StartupError(
-            "unable to create controller",
-            fields={"controller": "Sandbox", "error": f"{SANDBOX_SETUP_MODULE}.setup missing"},
-        )
-    try:
-        result = setup(manager, options)
-        if asyncio.iscoroutine(result):
-            await result
-    except Exception as err:
-        raise StartupError("unable to create controller", fields={"controller": "Sandbox"}) from err
+    install(manager, options, sandbox_plugin)
 
 
-async def setup_extensions(manager: Manager, options: ControllerOptions) -> None:
+def setup_extensions(manager: Manager, options: ControllerOptions) -> None:
     """Load the extension plugins and let each register its controllers (``--extensions``).
 
     Raises:
@@ -324,12 +330,7 @@ async def setup_extensions(manager: Manager, options: ControllerOptions) -> None
             fields={"hint": "install kube-agent-sandbox-extensions"},
         )
     for plugin in plugins:
-        try:
-            await run_setup(plugin, manager, options)
-        except Exception as err:
-            raise StartupError(
-                "unable to create controller", fields={"controller": plugin.name}
-            ) from err
+        install(manager, options, plugin)
 
 
 # --- the whole process -----------------------------------------------------------------------
@@ -353,12 +354,12 @@ async def run(options: ControllerOptions) -> None:
             manager = build_manager(
                 options, client, metrics=metrics, lease_namespace=lease_namespace
             )
-            await setup_sandbox_controller(manager, options)
+            setup_sandbox_controller(manager, options)
             if webhook is not None:
                 manager.add_runnable(webhook)
                 manager.readyz_checks["webhook"] = lambda: webhook.started
             if options.extensions:
-                await setup_extensions(manager, options)
+                setup_extensions(manager, options)
             logger.info("starting manager")
             try:
                 await manager.run_until_signal()

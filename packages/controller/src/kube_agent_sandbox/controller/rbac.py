@@ -5,9 +5,8 @@ the way kubebuilder markers sit next to Go reconcilers. ``rbacgen`` collects the
 and writes the ClusterRoles/Roles, so the manifests grant exactly what the code uses and a
 forgotten permission shows up as a stale generated file rather than a 403 in production.
 
-A declaration is a :class:`PolicyRule`, a ``rbac.authorization.k8s.io/v1`` rule as a dict
-(``apiGroups``, ``resources``, ``verbs``, optional ``resourceNames``), or any object with
-``api_groups``, ``resources``, ``verbs`` (and optionally ``resource_names``) attributes.
+A declaration is a :class:`PolicyRule`, usually written with :func:`rule`; a rule read back
+from a manifest becomes one with :meth:`PolicyRule.from_dict`.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ __all__ = [
     "WEBHOOK_CLUSTER_RULES",
     "WEBHOOK_NAMESPACED_RULES",
     "PolicyRule",
-    "coerce_rule",
+    "normalize_manifest_rules",
     "normalize_rules",
     "rule",
 ]
@@ -65,6 +64,29 @@ class PolicyRule:
                     f"verbs {sorted(unnamed)} cannot be restricted by resourceNames: {self}"
                 )
 
+    @classmethod
+    def from_dict(cls, manifest_rule: Mapping[str, Any]) -> PolicyRule:
+        """Read a rule as a manifest writes it (``apiGroups``, ``resources``, ``verbs``...).
+
+        Args:
+            manifest_rule: One entry of a Role's or ClusterRole's ``rules``.
+
+        Returns:
+            The rule.
+
+        Raises:
+            TypeError: ``manifest_rule`` is not a mapping.
+            ValueError: the rule is incomplete or restricts unnamed verbs by name.
+        """
+        if not isinstance(manifest_rule, Mapping):
+            raise TypeError(f"not an RBAC rule: {manifest_rule!r}")
+        return cls(
+            api_groups=_strings(manifest_rule.get("apiGroups", ())),
+            resources=_strings(manifest_rule.get("resources", ())),
+            verbs=_strings(manifest_rule.get("verbs", ())),
+            resource_names=_strings(manifest_rule.get("resourceNames", ())),
+        )
+
     def to_dict(self) -> dict[str, list[str]]:
         """The rule as a manifest writes it (keys in Kubernetes' field order)."""
         rule: dict[str, list[str]] = {
@@ -93,32 +115,7 @@ def rule(
     )
 
 
-def coerce_rule(declared: object) -> PolicyRule:
-    """Turn a declaration (rule, manifest dict or rule-like object) into a :class:`PolicyRule`.
-
-    Raises:
-        TypeError: for anything that does not describe a rule.
-    """
-    if isinstance(declared, PolicyRule):
-        return declared
-    if isinstance(declared, Mapping):
-        return PolicyRule(
-            api_groups=_strings(declared.get("apiGroups", ())),
-            resources=_strings(declared.get("resources", ())),
-            verbs=_strings(declared.get("verbs", ())),
-            resource_names=_strings(declared.get("resourceNames", ())),
-        )
-    if all(hasattr(declared, a) for a in ("api_groups", "resources", "verbs")):
-        return PolicyRule(
-            api_groups=_strings(getattr(declared, "api_groups")),  # noqa: B009
-            resources=_strings(getattr(declared, "resources")),  # noqa: B009
-            verbs=_strings(getattr(declared, "verbs")),  # noqa: B009
-            resource_names=_strings(getattr(declared, "resource_names", ())),
-        )
-    raise TypeError(f"not an RBAC rule declaration: {declared!r}")
-
-
-def normalize_rules(declared: Iterable[object]) -> list[PolicyRule]:
+def normalize_rules(declared: Iterable[PolicyRule]) -> list[PolicyRule]:
     """Merge declarations into the smallest equivalent, deterministically ordered rule list.
 
     Verbs of the same (group, resource, names) are unioned; resources sharing groups, names and
@@ -126,14 +123,20 @@ def normalize_rules(declared: Iterable[object]) -> list[PolicyRule]:
     sorted, so the same permissions always produce the same bytes.
 
     Args:
-        declared: rule declarations in any accepted shape.
+        declared: rule declarations.
 
     Returns:
         Normalized rules.
+
+    Raises:
+        TypeError: a declaration is not a :class:`PolicyRule`.
     """
     verbs_of: dict[tuple[str, str, tuple[str, ...]], set[str]] = defaultdict(set)
-    for item in declared:
-        policy = coerce_rule(item)
+    for policy in declared:
+        if not isinstance(policy, PolicyRule):
+            raise TypeError(
+                f"not a PolicyRule: {policy!r} (use rule(...) or PolicyRule.from_dict(...))"
+            )
         names = tuple(sorted(set(policy.resource_names)))
         for group in policy.api_groups:
             for resource in policy.resources:
@@ -160,6 +163,22 @@ def normalize_rules(declared: Iterable[object]) -> list[PolicyRule]:
     ]
     rules.sort(key=lambda r: (r.api_groups, r.resources, r.resource_names, r.verbs))
     return rules
+
+
+def normalize_manifest_rules(manifest_rules: Iterable[Mapping[str, Any]]) -> list[PolicyRule]:
+    """:func:`normalize_rules` of rules read from a manifest (see :meth:`PolicyRule.from_dict`).
+
+    Args:
+        manifest_rules: The ``rules`` list of a Role or ClusterRole.
+
+    Returns:
+        Normalized rules.
+
+    Raises:
+        TypeError: an entry is not a mapping.
+        ValueError: an entry is not a valid rule.
+    """
+    return normalize_rules(PolicyRule.from_dict(r) for r in manifest_rules)
 
 
 def _sorted_verbs(verbs: Iterable[str]) -> tuple[str, ...]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import logging
 import sys
 from collections.abc import Iterable, Sequence
@@ -41,7 +40,8 @@ import yaml
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller import rbac
-from kube_agent_sandbox.controller.plugins import load_plugins
+from kube_agent_sandbox.controller.plugins import load_plugins, plugin_rules
+from kube_agent_sandbox.controller.sandbox import plugin as sandbox_plugin
 
 __all__ = [
     "CONTROLLER_ROLE",
@@ -78,7 +78,6 @@ CHART_LEADER_ELECTION_FILE: Final = "files/rbac/leader-election.generated.yaml"
 CHART_WEBHOOK_FILE: Final = "files/rbac/webhook-secret.generated.yaml"
 CHART_EXTENSIONS_FILE: Final = "files/rbac/extensions.generated.yaml"
 CHART_PATH: Final = Path("charts") / "agent-sandbox"
-SANDBOX_SETUP_MODULE: Final = "kube_agent_sandbox.controller.sandbox.setup"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,24 +95,14 @@ def core_rules(*, leader_election: bool = True) -> list[rbac.PolicyRule]:
     Args:
         leader_election: include the Lease rules (the kustomize manifests grant them
             cluster-wide, the Helm chart in a namespaced Role instead).
-
-    Raises:
-        RuntimeError: the Sandbox controller declares no rules.
     """
-    module = importlib.import_module(SANDBOX_SETUP_MODULE)
-    sandbox_rules = getattr(module, "RBAC_RULES", None)
-    if not sandbox_rules:
-        raise RuntimeError(f"{SANDBOX_SETUP_MODULE}.RBAC_RULES is missing or empty")
     runtime = rbac.RUNTIME_RULES if leader_election else rbac.EVENT_RULES
-    return rbac.normalize_rules([*sandbox_rules, *runtime, *rbac.WEBHOOK_CLUSTER_RULES])
+    return rbac.normalize_rules([*sandbox_plugin.rbac_rules, *runtime, *rbac.WEBHOOK_CLUSTER_RULES])
 
 
 def extension_rules() -> list[rbac.PolicyRule]:
     """Rules declared by the installed extension plugins (entry points)."""
-    declared: list[object] = []
-    for plugin in load_plugins():
-        declared.extend(plugin.rbac_rules)
-    return rbac.normalize_rules(declared)
+    return rbac.normalize_rules(plugin_rules(load_plugins()))
 
 
 def render(

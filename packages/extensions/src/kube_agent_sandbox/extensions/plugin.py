@@ -1,9 +1,9 @@
 """The ``kube_agent_sandbox.extensions`` entry point: what ``--extensions`` turns on.
 
-``agent-sandbox-controller --extensions`` loads this module through the entry point group
-``kube_agent_sandbox.extensions`` (see :mod:`kube_agent_sandbox.controller.plugins`) and calls
-:func:`setup`, which registers the SandboxTemplate, SandboxWarmPool and SandboxClaim controllers
-in the same Manager as the Sandbox controller, as upstream runs them in one binary.
+``agent-sandbox-controller --extensions`` loads :data:`plugin` through the entry point group
+``kube_agent_sandbox.extensions`` (see :mod:`kube_agent_sandbox.controller.plugins`) and
+installs it: :func:`setup` registers the SandboxTemplate, SandboxWarmPool and SandboxClaim
+controllers in the same Manager as the Sandbox controller, as upstream runs them in one binary.
 :data:`RBAC_RULES` is what ``rbacgen`` writes into the ``agent-sandbox-controller-extensions``
 ClusterRole: the union of what the three controllers declare.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from kube_agent_sandbox.controller.plugins import ControllerPlugin
 from kube_agent_sandbox.controller.rbac import PolicyRule
 from kube_agent_sandbox.extensions.claim import setup as claim_setup
 from kube_agent_sandbox.extensions.template import setup as template_setup
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
     from kube_agent_sandbox.controller.runtime.manager import Manager
 
-__all__ = ["RBAC_RULES", "setup"]
+__all__ = ["PLUGIN_NAME", "RBAC_RULES", "plugin", "setup"]
+
+PLUGIN_NAME: Final = "extensions"
+"""The plugin's name (the entry point's name too)."""
 
 RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     *template_setup.RBAC_RULES,
@@ -44,3 +48,7 @@ def setup(manager: Manager, options: ControllerOptions) -> None:
     template_setup.setup(manager, options)
     warmpool_setup.setup(manager, options)
     claim_setup.setup(manager, options)
+
+
+plugin: Final = ControllerPlugin(name=PLUGIN_NAME, setup=setup, rbac_rules=RBAC_RULES)
+"""What the ``kube_agent_sandbox.extensions`` entry point names."""

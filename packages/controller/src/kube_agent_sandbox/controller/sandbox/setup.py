@@ -1,9 +1,13 @@
-"""What the Sandbox controller watches and caches, and the RBAC rules it needs (as data).
+"""What the Sandbox controller watches and caches, the RBAC rules it needs, and its plugin.
 
 Upstream's ``SetupWithManager``: Sandboxes are the primary resource; owned Pods and Services
 trigger reconciles of their controller Sandbox when they carry the tracking label; PVCs are
 read from a cache but do not trigger reconciles. Pods are cached without their spec (only
 ``spec.nodeName`` is read) to keep memory small (spec section 3.10).
+
+:data:`plugin` registers the controller through the same
+:class:`~kube_agent_sandbox.controller.plugins.ControllerPlugin` contract as the extensions;
+the controller process and ``rbacgen`` import it directly (it is always present).
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.goduration import format_go_duration
+from kube_agent_sandbox.controller.plugins import ControllerPlugin
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
-from kube_agent_sandbox.controller.runtime.controller import Controller
+from kube_agent_sandbox.controller.runtime.builder import ControllerBuilder
 from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.metrics import register_collector
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
@@ -30,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "sandbox"
+PLUGIN_NAME: Final = "Sandbox"
+"""The plugin's name: upstream's ``controller`` field of ``unable to create controller``."""
 EVENT_REPORTER: Final = c.EVENT_REPORTER_SANDBOX_CONTROLLER
 
 _ALL_VERBS: Final = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -123,15 +130,13 @@ def setup(
                 "podPatchBound": format_go_duration(POD_PATCH_BOUND),
             },
         )
-    manager.add_controller(
-        Controller(
-            CONTROLLER_NAME,
-            for_resource=SANDBOXES,
-            reconciler=reconciler,
-            workers=options.sandbox_concurrent_workers,
-            owns=[(PODS, has_tracking_label), (SERVICES, has_tracking_label)],
-            metrics=manager.metrics,
-        )
+    (
+        ControllerBuilder(manager, CONTROLLER_NAME)
+        .for_resource(SANDBOXES)
+        .owns(PODS, predicate=has_tracking_label)
+        .owns(SERVICES, predicate=has_tracking_label)
+        .with_workers(options.sandbox_concurrent_workers)
+        .complete(reconciler)
     )
     register_collector(manager.registry, sandboxes)
     log.info(
@@ -139,3 +144,18 @@ def setup(
         extra={"workers": options.sandbox_concurrent_workers, "cacheLabelSelector": selector},
     )
     return reconciler
+
+
+def register(manager: Manager, options: ControllerOptions) -> None:
+    """The core plugin's setup: the Sandbox controller over every namespace.
+
+    Args:
+        manager: The process manager.
+        options: Parsed flags (see :func:`setup`).
+    """
+    setup(manager, options)
+
+
+plugin: Final = ControllerPlugin(name=PLUGIN_NAME, setup=register, rbac_rules=RBAC_RULES)
+"""The core Sandbox controller as a plugin: what ``agent-sandbox-controller`` always installs
+and what a program embedding the controller installs on its own manager."""
