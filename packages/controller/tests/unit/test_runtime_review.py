@@ -119,13 +119,15 @@ async def test_cancelled_run_leaves_no_candidate_acquiring_the_lease() -> None:
     await until(holder.controllers_started.is_set)
     waiting = manager(api, Blocking(), "waiter")
     run_waiting = asyncio.create_task(waiting.run())
-    await until(lambda: bool(tasks_running("LeaderElector.acquire")))
+    # the holder's election runs; the waiter's starts beside it and keeps acquiring
+    assert len(tasks_running("LeaderElector.run")) == 1
+    await until(lambda: len(tasks_running("LeaderElector.run")) == 2)
     run_waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run_waiting
     await asyncio.sleep(0)  # let cancelled tasks finish
     # a leaked acquire loop would take the Lease once the holder releases it and never let go
-    assert tasks_running("LeaderElector.acquire") == []
+    assert len(tasks_running("LeaderElector.run")) == 1  # the holder's only
     holder.request_stop()
     await asyncio.wait_for(run_holder, 10)
     lease = await api.get(LEASES, "sys", "review-lock")

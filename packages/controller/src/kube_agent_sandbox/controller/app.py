@@ -38,6 +38,7 @@ from kube_agent_sandbox.controller.runtime.config import ConfigError as ClusterC
 from kube_agent_sandbox.controller.runtime.leaderelection import LeaderElectionConfig
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
+from kube_agent_sandbox.controller.runtime.types import Client
 from kube_agent_sandbox.controller.sandbox import plugin as sandbox_plugin
 from kube_agent_sandbox.controller.version import register_build_info
 from kube_agent_sandbox.controller.webhook import certs
@@ -166,9 +167,15 @@ def build_client(
 
 
 async def prepare_webhook(
-    options: ControllerOptions, client: ApiClient
+    options: ControllerOptions, client: Client
 ) -> ConversionWebhookServer | None:
     """Certificates, CRD caBundles and the conversion webhook server (``--enable-webhook``).
+
+    With ``--manage-webhook-certs`` (the default) the certificates come first, from the shared
+    Secret or newly generated, then the CRDs' conversion webhooks are pointed at the Service
+    with the CA bundle; this runs before the manager starts, on every replica, so the server
+    finds its files and the API server trusts it by the time conversions arrive. Otherwise
+    the files must already be in ``--webhook-cert-dir``.
 
     Returns:
         The (not yet started) server, or ``None`` when the webhook is disabled.
@@ -241,7 +248,7 @@ async def prepare_webhook(
     return ConversionWebhookServer(cert_file, key_file, port=port)
 
 
-async def _patch_crds(client: ApiClient, ca_pem: bytes, options: ControllerOptions) -> None:
+async def _patch_crds(client: Client, ca_pem: bytes, options: ControllerOptions) -> None:
     await patch_conversion_webhooks(
         client,
         ca_pem,

@@ -17,7 +17,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -272,8 +272,18 @@ class LeaderElector:
         logger.info("released leader lease %s/%s", cfg.lease_namespace, cfg.lease_name)
         return True
 
-    async def run(self, lead: Callable[[], Any]) -> None:
+    async def run(self, lead: Callable[[], Awaitable[object]]) -> None:
         """Acquire, run ``lead()`` (a coroutine function) while leading, release on the way out.
+
+        Renewal runs beside ``lead()``. When renewing fails for ``renew_deadline``, ``lead()``
+        is cancelled (and awaited, so its clean-up completes) and :class:`LeaderElectionLost`
+        raised. When ``lead()`` returns, raises or this call is cancelled, renewal stops and,
+        with ``release_on_cancel``, the Lease is released so a successor takes over at once.
+        The :class:`~kube_agent_sandbox.controller.runtime.manager.Manager` runs its
+        leader-only work this way.
+
+        Args:
+            lead: The leader-only work.
 
         Raises:
             LeaderElectionLost: if renewing failed while ``lead`` was still running.
@@ -292,7 +302,7 @@ class LeaderElector:
         finally:
             for task in (leading, renewing):
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
+            # the leader work finishes (its clean-up included) before the Lease is released
+            await asyncio.wait({leading, renewing})
             if self.config.release_on_cancel:
                 await asyncio.shield(self.release())

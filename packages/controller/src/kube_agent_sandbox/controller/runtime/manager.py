@@ -215,30 +215,70 @@ class Manager:
     async def run(self) -> None:
         """Start everything, run until :meth:`request_stop`, then stop everything.
 
+        With leader election, the leader-only part (:meth:`_lead`) runs inside
+        :meth:`LeaderElector.run`, which acquires the Lease first, cancels the leader work when
+        renewing fails and releases the Lease after it ends.
+
         Raises:
             LeaderElectionLost: if the Lease was lost (the process should exit non-zero).
             CacheSyncTimeout: if informers did not sync in time.
         """
         started_everywhere: list[Runnable] = []
-        started_leader: list[Runnable] = []
-        renewing: asyncio.Task[None] | None = None
-        lost = False
         try:
             await self._start_servers()
             for runnable in self._runnables.everywhere:
                 await runnable.start()
                 started_everywhere.append(runnable)
-            if self.leader_election is not None:
+            if self.leader_election is None:
+                await self._lead()
+            else:
                 self._elector = LeaderElector(
                     self.client, self.leader_election, metrics=self.metrics
                 )
-                if not await self._until_stop(self._elector.acquire()):
-                    return
-                renewing = asyncio.create_task(self._elector.renew_until_lost())
-            self.leading.set()
-            # a Lease lost while the caches sync must not let controllers start
-            if not await self._until_stop(self._start_caches(), also=renewing):
-                lost = renewing is not None and renewing.done()
+                await self._run_elected(self._elector)
+        finally:
+            for runnable in reversed(started_everywhere):
+                await self._stop_runnable(runnable)
+            for server in (self.health_server, self.metrics_server):
+                if server is not None:
+                    await server.stop()
+            logger.info("manager stopped")
+
+    async def _run_elected(self, elector: LeaderElector) -> None:
+        """Run :meth:`_lead` as the Lease holder; a stop before leading withdraws the candidacy."""
+        election = asyncio.ensure_future(elector.run(self._lead))
+        stop_wait = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({election, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not election.done() and not self.leading.is_set():
+                # stopped while still a candidate: nothing to hand over, stop acquiring
+                election.cancel()
+                await asyncio.wait({election})
+                if not election.cancelled():
+                    election.result()
+                return
+            # once leading, _lead sees the stop itself and shuts down gracefully
+            await election
+        except LeaderElectionLost:
+            logger.error("leader election lost, stopping")
+            raise
+        finally:
+            stop_wait.cancel()
+            if not election.done():  # this call was cancelled: so is the election
+                election.cancel()
+                await asyncio.wait({election})
+
+    async def _lead(self) -> None:
+        """The leader-only part: caches, event writer, controllers; until stopped or cancelled.
+
+        Cancelled (by :meth:`LeaderElector.run`) when the Lease is lost: then in-flight
+        reconciles get no grace, because another replica may lead already.
+        """
+        self.leading.set()
+        started_leader: list[Runnable] = []
+        try:
+            # a Lease lost while the caches sync cancels this before controllers start
+            if not await self._until_stop(self._start_caches()):
                 return
             self.events.start()
             for ctrl in self._controllers:
@@ -248,34 +288,19 @@ class Manager:
                 started_leader.append(runnable)
             self.controllers_started.set()
             logger.info("manager started %d controllers", len(self._controllers))
-            stop_wait = asyncio.create_task(self._stop.wait())
-            waits: set[asyncio.Task[Any]] = {stop_wait}
-            if renewing is not None:
-                waits.add(renewing)
-            try:
-                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop_wait.cancel()
-            lost = renewing is not None and renewing in done
+            await self._stop.wait()
         finally:
-            if lost:
-                logger.error("leader election lost, stopping")
-            await self._shutdown(started_leader, started_everywhere, renewing, lost=lost)
-            if lost:
-                raise LeaderElectionLost(
-                    self.leader_election.lease_name if self.leader_election else ""
-                )
+            lost = self._elector is not None and not self._elector.is_leader
+            await self._stop_leader_work(started_leader, lost=lost)
 
-    async def _until_stop(self, coro: Any, *, also: asyncio.Task[None] | None = None) -> bool:
-        """Run ``coro`` unless a stop is requested (or ``also`` ends) first; True if it completed.
+    async def _until_stop(self, coro: Any) -> bool:
+        """Run ``coro`` unless a stop is requested first; True if it completed.
 
         ``coro`` never outlives this call: it is cancelled when this call is.
         """
         work = asyncio.ensure_future(coro)
         stop_wait = asyncio.create_task(self._stop.wait())
         waits: set[asyncio.Future[Any]] = {work, stop_wait}
-        if also is not None:
-            waits.add(also)
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -321,14 +346,7 @@ class Manager:
             raise CacheSyncTimeout(f"caches not synced: {', '.join(pending)}") from None
         logger.info("caches synced: %s", ", ".join(i.resource.plural for i in informers))
 
-    async def _shutdown(
-        self,
-        started_leader: Sequence[Runnable],
-        started_everywhere: Sequence[Runnable],
-        renewing: asyncio.Task[None] | None,
-        *,
-        lost: bool,
-    ) -> None:
+    async def _stop_leader_work(self, started_leader: Sequence[Runnable], *, lost: bool) -> None:
         # a lost Lease means another replica may lead already: no grace for in-flight
         # reconciles (controller-runtime sets its graceful shutdown timeout to 0 then)
         grace = 0.0 if lost else self.graceful_shutdown_timeout
@@ -343,23 +361,6 @@ class Manager:
         for inf in self._started_informers:
             await inf.stop()
         await self.events.stop()
-        if renewing is not None:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
-        if (
-            self._elector is not None
-            and not lost
-            and self.leader_election is not None
-            and self.leader_election.release_on_cancel
-        ):
-            await self._elector.release()
-        for runnable in reversed(started_everywhere):
-            await self._stop_runnable(runnable)
-        for server in (self.health_server, self.metrics_server):
-            if server is not None:
-                await server.stop()
-        logger.info("manager stopped")
 
     @staticmethod
     async def _stop_runnable(runnable: Runnable) -> None:

@@ -1,14 +1,12 @@
 """The conversion webhook: HTTPS server, ConversionReview handling, certificates, CRD patching.
 
-Typical startup (``--enable-webhook`` with ``--manage-webhook-certs``)::
-
-    certs = await manage_webhook_certificates(client, cert_dir=..., namespace=...,
-                                              service_name=..., cluster_domain=...)
-    server = ConversionWebhookServer(Path(cert_dir) / "tls.crt", Path(cert_dir) / "tls.key")
-    await server.start()
+The controller process assembles these parts in one place,
+:func:`kube_agent_sandbox.controller.app.prepare_webhook`: with ``--manage-webhook-certs`` it
+ensures the serving certificates (:func:`ensure_webhook_certificates`), patches the CRDs'
+conversion ``caBundle`` (:func:`patch_conversion_webhooks`), then builds the
+:class:`ConversionWebhookServer` that the manager runs on every replica.
 """
 
-from kube_agent_sandbox.controller.webhook.bootstrap import manage_webhook_certificates
 from kube_agent_sandbox.controller.webhook.certs import (
     CertificateError,
     WebhookCertificates,
@@ -35,7 +33,6 @@ __all__ = [
     "ensure_webhook_certificates",
     "generate_certificates",
     "handle_review",
-    "manage_webhook_certificates",
     "patch_conversion_webhooks",
     "resolve_cert_files",
     "write_serving_files",

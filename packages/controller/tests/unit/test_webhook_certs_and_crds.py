@@ -1,4 +1,4 @@
-"""Secret reuse/creation and CRD patching, against the runtime's in-memory API server.
+"""Secret reuse/creation, CRD patching and the startup step that runs both, in memory.
 
 ``FakeApi`` serves RFC 7386 merge patches and the apiserver's 404/409 statuses, and its
 request hook lets a test create the Secret between our GET and create, as another replica
@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from kube_agent_sandbox.controller import app
+from kube_agent_sandbox.controller.config import parse_args
 from kube_agent_sandbox.controller.runtime.fake import FakeApi
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 from kube_agent_sandbox.controller.webhook import (
@@ -23,7 +25,6 @@ from kube_agent_sandbox.controller.webhook import (
     conversion_patch,
     ensure_webhook_certificates,
     generate_certificates,
-    manage_webhook_certificates,
     patch_conversion_webhooks,
 )
 from kube_agent_sandbox.controller.webhook.certs import SECRETS
@@ -331,26 +332,53 @@ async def test_patch_conversion_webhooks_propagates_other_errors() -> None:
         await patch_conversion_webhooks(client, CA, service_name=SVC, namespace=NS)
 
 
-async def test_manage_webhook_certificates_end_to_end(tmp_path: Path) -> None:
+# --- the startup step (--manage-webhook-certs) ---------------------------------------------------
+
+
+async def test_startup_certificates_then_crds_then_server(tmp_path: Path) -> None:
     client = FakeApi()
     for name in CONVERSION_CRD_NAMES:
         client.add(CRDS, crd(name, webhook=copy.deepcopy(SHIPPED_WEBHOOK)))
+    options = parse_args([f"--webhook-cert-dir={tmp_path}", "--webhook-port=9555"])
 
-    certs = await manage_webhook_certificates(
-        client,
-        cert_dir=tmp_path,
-        namespace=NS,
-        service_name=SVC,
-        cluster_domain="cluster.local",
-        url="https://127.0.0.1:9443/convert",
-        extra_sans=["127.0.0.1"],
-    )
+    server = await app.prepare_webhook(options, client)
 
-    ca_b64 = base64.b64encode(certs.ca_pem).decode()
+    secret = client.obj(SECRETS, SECRET, NS)
+    assert secret is not None
+    ca_b64 = secret["data"]["ca.crt"]
     for name in CONVERSION_CRD_NAMES:
         stored = client.obj(CRDS, name)
         assert stored is not None
         config = stored["spec"]["conversion"]["webhook"]["clientConfig"]
-        assert config == {"url": "https://127.0.0.1:9443/convert", "caBundle": ca_b64}
-    assert (tmp_path / "tls.crt").read_bytes() == certs.cert_pem
-    assert client.obj(SECRETS, SECRET, NS) is not None
+        assert config == {
+            "service": {"name": SVC, "namespace": NS, "path": "/convert"},
+            "caBundle": ca_b64,
+        }
+    # the Secret is settled before any CRD is touched
+    verbs = [(call.verb, call.plural) for call in client.calls]
+    assert verbs.index(("create", "secrets")) < verbs.index(("patch", "customresourcedefinitions"))
+    assert (tmp_path / "tls.crt").read_bytes() == decoded(secret, "tls.crt")
+    assert server is not None
+    assert server._cert_file == tmp_path / "tls.crt"
+    assert server._key_file == tmp_path / "tls.key"
+    assert server._requested_port == 9555
+
+
+@pytest.mark.parametrize(
+    ("verb", "plural", "message"),
+    [
+        ("get", "secrets", "unable to prepare webhook certificates"),
+        ("patch", "customresourcedefinitions", "failed to patch CRDs with CA bundle"),
+    ],
+)
+async def test_startup_names_the_step_that_failed(
+    tmp_path: Path, verb: str, plural: str, message: str
+) -> None:
+    client = FakeApi()
+    client.add(CRDS, crd(CONVERSION_CRD_NAMES[0]))
+    client.fail(verb, plural, ApiError(403, "Forbidden", "denied"))
+    options = parse_args([f"--webhook-cert-dir={tmp_path}"])
+    with pytest.raises(app.StartupError) as caught:
+        await app.prepare_webhook(options, client)
+    assert caught.value.message == message
+    assert isinstance(caught.value.__cause__, ApiError)
