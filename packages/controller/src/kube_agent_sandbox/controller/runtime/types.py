@@ -16,11 +16,25 @@ Obj = dict[str, Any]
 """A Kubernetes object as decoded JSON."""
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
+"""``merge`` (RFC 7386), ``json`` (RFC 6902), ``strategic`` or ``apply`` (server-side apply)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """Identifies a REST resource: what a client needs to build URLs, and its Kind."""
+    """Identifies a REST resource: what a client needs to build URLs, and its Kind.
+
+    Attributes:
+        group: API group, ``""`` for the core group.
+        version: API version within the group, e.g. ``v1``.
+        plural: Resource name in URLs, e.g. ``configmaps``.
+        kind: The objects' ``kind``, e.g. ``ConfigMap``.
+        namespaced: False for cluster-scoped resources.
+
+    Example:
+        ```python
+        CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
+        ```
+    """
 
     group: str
     version: str
@@ -30,16 +44,23 @@ class Resource:
 
     @property
     def api_version(self) -> str:
+        """The objects' ``apiVersion``: ``group/version``, or ``version`` for the core group."""
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def group_kind(self) -> tuple[str, str]:
+        """``(group, kind)``, the identity that does not change between versions."""
         return (self.group, self.kind)
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Request:
-    """What a reconciler is asked to converge: one object, by key."""
+    """What a reconciler is asked to converge: one object, by key.
+
+    Attributes:
+        namespace: The object's namespace, ``""`` for cluster-scoped objects.
+        name: The object's name.
+    """
 
     namespace: str
     name: str
@@ -55,6 +76,10 @@ class Result:
     ``requeue_after`` (seconds) re-adds the request after that delay. ``requeue=True`` without a
     delay re-adds it through the rate limiter (exponential per-key backoff), as controller-runtime's
     ``Result{Requeue: true}`` does.
+
+    Attributes:
+        requeue_after: Seconds until the request is reconciled again; None for no timed requeue.
+        requeue: Retry through the rate limiter (ignored when ``requeue_after`` is set).
     """
 
     requeue_after: float | None = None
@@ -62,11 +87,21 @@ class Result:
 
 
 class TerminalError(Exception):
-    """A reconcile error that retrying cannot fix: logged and counted, not requeued."""
+    """A reconcile error that retrying cannot fix: logged and counted, not requeued.
+
+    Any other exception raised by a reconcile is retried with the per-key exponential backoff.
+    """
 
 
 class ApiError(Exception):
-    """An error status from the API server."""
+    """An error status from the API server.
+
+    Args:
+        status: The HTTP status code.
+        reason: The Status ``reason`` (``NotFound``, ``Conflict``, ``AlreadyExists``...).
+        message: The Status ``message``.
+        body: The whole decoded Status object, when there was one.
+    """
 
     def __init__(self, status: int, reason: str, message: str, body: Obj | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
@@ -77,18 +112,22 @@ class ApiError(Exception):
 
     @property
     def not_found(self) -> bool:
+        """404: the object (or its namespace) does not exist."""
         return self.status == 404
 
     @property
     def conflict(self) -> bool:
+        """409 other than AlreadyExists: a stale resourceVersion; read again and retry."""
         return self.status == 409 and self.reason != "AlreadyExists"
 
     @property
     def already_exists(self) -> bool:
+        """409 AlreadyExists: a create of a name that is taken."""
         return self.status == 409 and self.reason == "AlreadyExists"
 
     @property
     def gone(self) -> bool:
+        """410: the requested resourceVersion is compacted away (watches relist)."""
         return self.status == 410
 
     @property
@@ -108,21 +147,67 @@ class ApiError(Exception):
 
 
 class Reconciler(Protocol):
-    """Level-triggered: converge the object named by ``request``; safe to call any time."""
+    """Level-triggered: converge the object named by ``request``; safe to call any time.
 
-    async def reconcile(self, request: Request) -> Result: ...
+    A reconcile reads the current state (from caches), compares it with the desired state and
+    writes the difference; the same state in gives the same writes out, and no write when
+    nothing differs. It never runs twice at once for the same request.
+    """
+
+    async def reconcile(self, request: Request) -> Result:
+        """Converge one object.
+
+        Args:
+            request: The object to converge (it may no longer exist).
+
+        Returns:
+            What the queue should do next: nothing, or requeue.
+
+        Raises:
+            TerminalError: Retrying cannot help; the error is logged, not retried.
+            Exception: Anything else is retried with per-key exponential backoff.
+        """
+        ...
 
 
 class Reader(Protocol):
-    """Read side of an informer cache for one resource. Returned objects must not be mutated."""
+    """Read side of an informer cache for one resource. Returned objects must not be mutated.
 
-    def get(self, namespace: str, name: str) -> Obj | None: ...
+    Get one from :meth:`Manager.reader <kube_agent_sandbox.controller.runtime.Manager.reader>`;
+    copy an object (``copy.deepcopy``) before changing it to compute a patch.
+    """
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The cached object, or None.
+
+        Args:
+            namespace: Its namespace (``""`` for cluster-scoped objects).
+            name: Its name.
+        """
+        ...
 
     def list(
         self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
-    ) -> list[Obj]: ...
+    ) -> list[Obj]:
+        """Cached objects, optionally of one namespace and with these labels (all must match).
 
-    def by_index(self, index: str, value: str) -> builtins.list[Obj]: ...
+        Args:
+            namespace: Only this namespace; all when None.
+            labels: Equality label selector.
+        """
+        ...
+
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
+        """Cached objects whose ``index`` function yields ``value``.
+
+        Args:
+            index: The index name (added with ``Informer.add_index``).
+            value: The value looked up.
+
+        Raises:
+            KeyError: No index of that name.
+        """
+        ...
 
     def iterate(self, namespace: str | None = None) -> Iterator[Obj]:
         """Yield cached objects one at a time (for scans of the whole cache, e.g. metrics).
@@ -133,9 +218,17 @@ class Reader(Protocol):
 
 
 class Client(Protocol):
-    """Writes (and uncached reads) against the API server, on raw JSON."""
+    """Writes (and uncached reads) against the API server, on raw JSON.
 
-    async def get(self, resource: Resource, namespace: str, name: str) -> Obj: ...
+    Every method raises :class:`ApiError` for an error status. ``namespace`` is ``""`` for
+    cluster-scoped resources. Implemented by
+    :class:`~kube_agent_sandbox.controller.runtime.ApiClient` and, for unit tests,
+    :class:`~kube_agent_sandbox.controller.runtime.FakeApi`.
+    """
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Obj:
+        """Read one object from the API server (not the cache)."""
+        ...
 
     async def list(
         self,
@@ -145,11 +238,15 @@ class Client(Protocol):
         label_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
-    ) -> Obj: ...
+    ) -> Obj:
+        """One page of a LIST (the ``*List`` object with ``items`` and ``metadata.continue``)."""
+        ...
 
     async def create(
         self, resource: Resource, namespace: str, body: Obj, *, field_manager: str | None = None
-    ) -> Obj: ...
+    ) -> Obj:
+        """Create ``body``; returns the created object."""
+        ...
 
     async def update(
         self,
@@ -160,7 +257,9 @@ class Client(Protocol):
         *,
         subresource: str | None = None,
         field_manager: str | None = None,
-    ) -> Obj: ...
+    ) -> Obj:
+        """Replace the object (or its ``status`` subresource); 409 on a stale resourceVersion."""
+        ...
 
     async def patch(
         self,
@@ -172,7 +271,9 @@ class Client(Protocol):
         patch_type: PatchType = "merge",
         subresource: str | None = None,
         field_manager: str | None = None,
-    ) -> Obj: ...
+    ) -> Obj:
+        """Patch the object (a merge patch unless ``patch_type`` says otherwise)."""
+        ...
 
     async def delete(
         self,
@@ -182,13 +283,30 @@ class Client(Protocol):
         *,
         propagation_policy: str | None = None,
         preconditions: Mapping[str, str] | None = None,
-    ) -> Obj | None: ...
+    ) -> Obj | None:
+        """Delete the object; ``preconditions`` (``uid``, ``resourceVersion``) guard it."""
+        ...
 
 
 class EventRecorder(Protocol):
-    """Emits events.k8s.io/v1 Events about an object (best effort, never raises)."""
+    """Emits events.k8s.io/v1 Events about an object (best effort, never raises).
 
-    def event(self, obj: Obj, *, type_: str, reason: str, action: str, note: str) -> None: ...
+    Get one from :meth:`Manager.event_recorder
+    <kube_agent_sandbox.controller.runtime.Manager.event_recorder>`; repeated events are
+    aggregated into a series as client-go's recorder does.
+    """
+
+    def event(self, obj: Obj, *, type_: str, reason: str, action: str, note: str) -> None:
+        """Record an Event about ``obj``.
+
+        Args:
+            obj: The object the event is about (``regarding``).
+            type_: ``Normal`` or ``Warning``.
+            reason: Short CamelCase reason.
+            action: What was done, e.g. ``Create``.
+            note: Human-readable message.
+        """
+        ...
 
 
 WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
@@ -248,6 +366,10 @@ class Runnable(Protocol):
     ``start`` returns once the component serves; ``stop`` releases it (idempotent).
     """
 
-    async def start(self) -> None: ...
+    async def start(self) -> None:
+        """Start; return once the component serves."""
+        ...
 
-    async def stop(self) -> None: ...
+    async def stop(self) -> None:
+        """Stop and release resources (idempotent)."""
+        ...

@@ -1,0 +1,145 @@
+"""ControllerBuilder: the fluent way to the same Controller, added to the manager."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from kube_agent_sandbox.controller import runtime
+from kube_agent_sandbox.controller.runtime import (
+    ControllerBuilder,
+    FakeApi,
+    Manager,
+    Obj,
+    Request,
+    Resource,
+    Result,
+)
+
+THINGS = Resource("example.com", "v1", "things", "Thing")
+PARTS = Resource("example.com", "v1", "parts", "Part")
+NOTES = Resource("", "v1", "configmaps", "ConfigMap")
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.seen = asyncio.Event()
+
+    async def reconcile(self, request: Request) -> Result:
+        self.requests.append(request)
+        self.seen.set()
+        return Result()
+
+
+def manager(api: FakeApi | None = None) -> Manager:
+    return Manager(api or FakeApi(), metrics_bind_address="0", health_bind_address="0")
+
+
+def labelled(old: Obj | None, new: Obj | None) -> bool:
+    obj = new if new is not None else old
+    return bool(obj and (obj.get("metadata") or {}).get("labels"))
+
+
+def note_to_thing(obj: Obj) -> list[Request]:
+    return [Request(obj["metadata"]["namespace"], obj["metadata"]["name"])]
+
+
+def test_builder_sets_up_the_same_controller() -> None:
+    mgr = manager()
+    rec = Recording()
+    ctrl = (
+        ControllerBuilder(mgr, "things")
+        .for_resource(THINGS, predicate=labelled)
+        .owns(PARTS)
+        .watches(NOTES, note_to_thing)
+        .with_workers(3)
+        .complete(rec)
+    )
+    assert mgr.controllers == (ctrl,)
+    assert ctrl.name == "things"
+    assert ctrl.reconciler is rec
+    assert ctrl.for_resource == THINGS
+    assert ctrl.for_predicate is labelled
+    assert ctrl.owns == [(PARTS, None)]
+    assert ctrl.watches == [(NOTES, note_to_thing)]
+    assert ctrl.workers == 3
+    assert ctrl._metrics is mgr.metrics
+    assert set(mgr._informers) == {THINGS, PARTS, NOTES}
+
+
+def test_complete_without_a_primary_resource_fails() -> None:
+    mgr = manager()
+    with pytest.raises(ValueError, match=r"for_resource\(\) was not called"):
+        ControllerBuilder(mgr, "x").owns(PARTS).complete(Recording())
+    assert mgr.controllers == ()
+
+
+def test_a_second_primary_resource_fails() -> None:
+    with pytest.raises(ValueError, match="primary resource set twice"):
+        ControllerBuilder(manager(), "x").for_resource(THINGS).for_resource(PARTS)
+
+
+@pytest.mark.parametrize("workers", [0, -1])
+def test_workers_must_be_positive(workers: int) -> None:
+    with pytest.raises(ValueError, match="workers must be positive"):
+        ControllerBuilder(manager(), "x").with_workers(workers)
+
+
+def test_names_are_required_and_unique() -> None:
+    mgr = manager()
+    with pytest.raises(ValueError, match="needs a name"):
+        ControllerBuilder(mgr, "")
+    ControllerBuilder(mgr, "x").for_resource(THINGS).complete(Recording())
+    with pytest.raises(ValueError, match="already added"):
+        ControllerBuilder(mgr, "x").for_resource(PARTS).complete(Recording())
+
+
+async def test_a_built_controller_reconciles_owners_and_mapped_objects() -> None:
+    api = FakeApi()
+    mgr = manager(api)
+    rec = Recording()
+    ControllerBuilder(mgr, "things").for_resource(THINGS).owns(PARTS).watches(
+        NOTES, note_to_thing
+    ).complete(rec)
+    run = asyncio.create_task(mgr.run())
+    try:
+        await asyncio.wait_for(mgr.controllers_started.wait(), 10)
+        owner = await api.create(THINGS, "ns", {"metadata": {"name": "owner"}})
+        await asyncio.wait_for(rec.seen.wait(), 10)
+        rec.requests.clear()
+        rec.seen.clear()
+        ref = {
+            "apiVersion": "example.com/v1",
+            "kind": "Thing",
+            "name": "owner",
+            "uid": owner["metadata"]["uid"],
+            "controller": True,
+        }
+        await api.create(PARTS, "ns", {"metadata": {"name": "p", "ownerReferences": [ref]}})
+        await asyncio.wait_for(rec.seen.wait(), 10)
+        assert rec.requests[-1] == Request("ns", "owner")
+        rec.seen.clear()
+        await api.create(NOTES, "ns", {"metadata": {"name": "mapped"}})
+        await asyncio.wait_for(rec.seen.wait(), 10)
+        assert rec.requests[-1] == Request("ns", "mapped")
+    finally:
+        mgr.request_stop()
+        await asyncio.wait_for(run, 10)
+
+
+def test_public_classes_and_functions_are_documented() -> None:
+    documented = [
+        getattr(runtime, name)
+        for name in runtime.__all__
+        if inspect.isclass(getattr(runtime, name)) or inspect.isfunction(getattr(runtime, name))
+    ]
+    assert len(documented) >= 20
+    for obj in documented:
+        assert (obj.__doc__ or "").strip(), f"{obj.__name__} has no docstring"
+        for member_name, member in vars(obj).items():
+            if member_name.startswith("_") or not callable(member):
+                continue
+            assert (member.__doc__ or "").strip(), f"{obj.__name__}.{member_name} has no docstring"
