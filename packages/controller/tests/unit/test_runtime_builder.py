@@ -143,3 +143,20 @@ def test_public_classes_and_functions_are_documented() -> None:
             if member_name.startswith("_") or not callable(member):
                 continue
             assert (member.__doc__ or "").strip(), f"{obj.__name__}.{member_name} has no docstring"
+
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+
+
+def test_a_manager_namespace_scopes_namespaced_informers_only() -> None:
+    mgr = Manager(FakeApi(), metrics_bind_address="0", health_bind_address="0", namespace="team-a")
+    ControllerBuilder(mgr, "things").for_resource(THINGS).watches(NODES, note_to_thing).complete(
+        Recording()
+    )
+    assert mgr.informer(THINGS).namespace == "team-a"
+    assert mgr.informer(NODES).namespace is None
+    assert mgr.informer(PARTS, namespace="other").namespace == "other"
+    # asking again with the defaults, or with the manager's namespace spelled out, is the same
+    assert mgr.informer(THINGS, namespace="team-a") is mgr.informer(THINGS)
+    with pytest.raises(ValueError, match="already exists with other options"):
+        mgr.informer(THINGS, namespace="elsewhere")

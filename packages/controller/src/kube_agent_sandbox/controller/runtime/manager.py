@@ -86,6 +86,9 @@ class Manager:
             Controllers added without their own metric set record into it.
         graceful_shutdown_timeout: seconds in-flight reconciles get to finish on stop.
         cache_sync_timeout: seconds informers get for their first LIST.
+        namespace: cache (and so reconcile) only this namespace, like controller-runtime's
+            ``cache.Options.DefaultNamespaces``; every namespace when None. An informer asked
+            for with its own ``namespace`` keeps it.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class Manager:
         metrics: RuntimeMetrics | None = None,
         graceful_shutdown_timeout: float = 30.0,
         cache_sync_timeout: float = 120.0,
+        namespace: str | None = None,
     ) -> None:
         self.client = client
         client_metrics = getattr(client, "metrics", None)
@@ -111,6 +115,7 @@ class Manager:
         self._health_bind = parse_bind_address(health_bind_address)
         self.graceful_shutdown_timeout = graceful_shutdown_timeout
         self.cache_sync_timeout = cache_sync_timeout
+        self.namespace = namespace
         self._informers: dict[Resource, Informer] = {}
         self._informer_options: dict[Resource, _InformerOptions] = {}
         self._controllers: list[Controller] = []
@@ -154,14 +159,19 @@ class Manager:
         """The shared informer of ``resource``, created on first use.
 
         Options apply on creation; asking again with different non-default options fails.
+        ``namespace`` defaults to the manager's (for namespaced resources).
 
         Raises:
             ValueError: if the informer exists with other options.
         """
+        default_namespace = self.namespace if resource.namespaced else None
+        if namespace is None:
+            namespace = default_namespace
         wanted = _InformerOptions(label_selector, transform, namespace)
         existing = self._informers.get(resource)
         if existing is not None:
-            if wanted != _InformerOptions() and wanted != self._informer_options[resource]:
+            defaults = _InformerOptions(namespace=default_namespace)
+            if wanted != defaults and wanted != self._informer_options[resource]:
                 raise ValueError(
                     f"informer for {resource.plural} already exists with other options"
                 )
