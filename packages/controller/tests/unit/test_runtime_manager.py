@@ -16,7 +16,6 @@ from kube_agent_sandbox.controller.runtime.leaderelection import (
     LeaderElectionLost,
 )
 from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.servers import parse_bind_address
 from kube_agent_sandbox.controller.runtime.types import ApiError, Request, Resource, Result
 
 THINGS = Resource("example.com", "v1", "things", "Thing")
@@ -85,26 +84,6 @@ async def http_get(port: int, path: str) -> tuple[int, str]:
         session.get(f"http://127.0.0.1:{port}{path}") as resp,
     ):
         return resp.status, await resp.text()
-
-
-@pytest.mark.parametrize(
-    ("address", "expected"),
-    [
-        (":8080", ("0.0.0.0", 8080)),
-        ("127.0.0.1:9", ("127.0.0.1", 9)),
-        ("[::1]:80", ("::1", 80)),
-        ("0", None),
-        ("", None),
-    ],
-)
-def test_parse_bind_address(address: str, expected: tuple[str, int] | None) -> None:
-    assert parse_bind_address(address) == expected
-
-
-@pytest.mark.parametrize("address", ["8080", ":http", ":70000", "host:"])
-def test_parse_bind_address_rejects(address: str) -> None:
-    with pytest.raises(ValueError, match=r"port|bind"):
-        parse_bind_address(address)
 
 
 async def test_runs_controllers_serves_probes_and_metrics() -> None:

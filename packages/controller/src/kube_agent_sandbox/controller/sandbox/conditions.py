@@ -17,7 +17,6 @@ from typing import Any
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.ownership import is_owned_by
-from kube_agent_sandbox.controller.sandbox.resources import OPERATING_MODE_SUSPENDED
 
 TRUE = "True"
 FALSE = "False"
@@ -114,7 +113,7 @@ def _generation(sandbox: Obj) -> int:
 
 
 def _suspended(sandbox: Obj) -> bool:
-    return bool(sandbox.get("spec", {}).get("operatingMode") == OPERATING_MODE_SUSPENDED)
+    return bool(sandbox.get("spec", {}).get("operatingMode") == c.OPERATING_MODE_SUSPENDED)
 
 
 def compute_suspended(sandbox: Obj, pod: Obj | None, *, pod_failed: bool) -> Obj:

@@ -64,12 +64,10 @@ from kube_agent_sandbox.controller.sandbox.pod import (
 )
 from kube_agent_sandbox.controller.sandbox.pvc import desired_pvc, pvc_name_problem
 from kube_agent_sandbox.controller.sandbox.resources import (
-    OPERATING_MODE_SUSPENDED,
     PODS,
     PVCS,
     SANDBOXES,
     SERVICES,
-    SHUTDOWN_POLICY_DELETE,
 )
 from kube_agent_sandbox.controller.sandbox.service import (
     desired_service,
@@ -547,7 +545,7 @@ class SandboxReconciler:
                 return None, error
             pod = owned[0]
 
-        if sandbox.get("spec", {}).get("operatingMode") == OPERATING_MODE_SUSPENDED:
+        if sandbox.get("spec", {}).get("operatingMode") == c.OPERATING_MODE_SUSPENDED:
             return await self._suspend_pod(sandbox, pod)
         if pod is not None:
             return await self._reconcile_existing_pod(sandbox, pod, name_hash, deferral=deferral)
@@ -866,7 +864,7 @@ class SandboxReconciler:
                     errors.append(error)
             else:
                 log.info("sandbox %s/%s expired: leaving service it does not own", namespace, name)
-        if sandbox.get("spec", {}).get("shutdownPolicy") == SHUTDOWN_POLICY_DELETE:
+        if sandbox.get("spec", {}).get("shutdownPolicy") == c.SHUTDOWN_POLICY_DELETE:
             error = await self._delete(SANDBOXES, sandbox, "failed to delete sandbox")
             if error is None:
                 log.info("deleted expired sandbox %s/%s (shutdownPolicy Delete)", namespace, name)
