@@ -4,7 +4,8 @@ Clients (the SDK, the claim controller, e2e tests comparing whole statuses) depe
 type/status/reason/message strings, on the list order (order of first insertion) and on
 lastTransitionTime moving only when a status flips, so all of that lives here, in pure
 functions that unit tests can pin down (spec sections 3.7 and "Conventions"; the PodScheduled
-mirror of upstream v0.5.6 in delta section 3.1).
+mirror of upstream v0.5.6 in delta section 3.1). It stays one module of about 400 lines on
+purpose: the four conditions are computed together from the same inputs, in the spec's order.
 """
 
 from __future__ import annotations
