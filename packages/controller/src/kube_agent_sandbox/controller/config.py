@@ -109,15 +109,15 @@ class ControllerOptions:
     api_connections: int = _flag(
         "api-connections",
         1,
-        "Number of independent HTTP connections (connection pools) to the API server for "
-        "non-watch traffic (writes, uncached reads, events, leader election). "
-        "Values > 1 shard requests round-robin across that many pools.",
+        "Number of independent HTTP connection pools to the API server. Requests (writes, "
+        "lists, uncached reads, events, leader election) take them round-robin; so do "
+        "watches unless --separate-watch-connection is set.",
     )
     separate_watch_connection: bool = _flag(
         "separate-watch-connection",
         False,
-        "Give the informer caches (list/watch streams) a dedicated connection pool to the "
-        "API server, isolated from request traffic.",
+        "Give the informers' watch streams a dedicated connection pool to the API server, "
+        "isolated from request traffic (their lists stay ordinary requests).",
     )
     sandbox_concurrent_workers: int = _flag(
         "sandbox-concurrent-workers", 100, "Max concurrent reconciles for the Sandbox controller"
