@@ -23,6 +23,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
@@ -87,6 +88,21 @@ def _set_expired(sandbox: Obj, now: dt.datetime) -> None:
     if status.get("conditions") is None:
         status["conditions"] = []
     set_expired(status["conditions"], sandbox, now=now)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """One reconcile pass: the Sandbox as read, its working copy, the status it started from."""
+
+    request: Request
+    cached: Obj
+    sandbox: Obj
+    old_status: Obj
+    errors: ErrorCollector
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.request.namespace, self.request.name)
 
 
 class SandboxReconciler:
@@ -181,64 +197,48 @@ class SandboxReconciler:
         with errors.step() as trace_step:
             await self._ensure_trace_context(sandbox)
         if trace_step.failed:
-            return self._finish(request, cached, cached.get("status") or {}, sandbox, errors)
-        old_status: Obj = copy.deepcopy(sandbox.get("status") or {})
+            return self._finish(_Pass(request, cached, sandbox, cached.get("status") or {}, errors))
+        this = _Pass(request, cached, sandbox, copy.deepcopy(sandbox.get("status") or {}), errors)
         now = self._clock()
         expired, _ = check_expiry(sandbox, now)
         if expired:
-            return await self._reconcile_expired(request, cached, sandbox, old_status, now, errors)
-        return await self._reconcile_active(request, cached, sandbox, old_status, now, errors)
+            return await self._reconcile_expired(this, now)
+        return await self._reconcile_active(this, now)
 
-    async def _reconcile_expired(
-        self,
-        request: Request,
-        cached: Obj,
-        sandbox: Obj,
-        old_status: Obj,
-        now: dt.datetime,
-        errors: ErrorCollector,
-    ) -> Result:
+    async def _reconcile_expired(self, this: _Pass, now: dt.datetime) -> Result:
         """Step 6: pass 1 marks Ready as expired; later passes clean up (3.6)."""
-        key = (request.namespace, request.name)
+        key, sandbox = this.key, this.sandbox
         marked = is_marked_expired(sandbox) or (
             key in self._marked_expired and self._marked_expired[key] == uid_of(sandbox)
         )
         if not marked:
             _set_expired(sandbox, now)
-            with errors.step() as write:
-                await self._status.write(sandbox, old_status)
+            with this.errors.step() as write:
+                await self._status.write(sandbox, this.old_status)
             if write.failed:
-                return self._finish(request, cached, old_status, sandbox, errors)
+                return self._finish(this)
             self._marked_expired[key] = uid_of(sandbox)
-            log.info("sandbox %s expired: marked, cleaning up next pass", request)
+            log.info("sandbox %s expired: marked, cleaning up next pass", this.request)
             return Result(requeue_after=IMMEDIATE_REQUEUE)
         if not is_marked_expired(sandbox):
             # Only the memo knows the mark (the cache lags): keep it in this pass's write.
             # With the mark cached, a failed cleanup must leave the status alone (3.6).
             _set_expired(sandbox, now)
-        if await handle_expiry(self._steps, sandbox, now, errors):
+        if await handle_expiry(self._steps, sandbox, now, this.errors):
             self._marked_expired.pop(key, None)
             return Result()
-        with errors.step():
-            await self._status.write(sandbox, old_status)
-        return self._finish(request, cached, old_status, sandbox, errors)
+        with this.errors.step():
+            await self._status.write(sandbox, this.old_status)
+        return self._finish(this)
 
-    async def _reconcile_active(
-        self,
-        request: Request,
-        cached: Obj,
-        sandbox: Obj,
-        old_status: Obj,
-        now: dt.datetime,
-        errors: ErrorCollector,
-    ) -> Result:
+    async def _reconcile_active(self, this: _Pass, now: dt.datetime) -> Result:
         """Step 7: the children, then expiry again and the requeue for it; step 8: status."""
-        key = (request.namespace, request.name)
+        key, sandbox = this.key, this.sandbox
         self._marked_expired.pop(key, None)
         deferral = None
         if self._write_behind_window > 0:
             deferral = WriteDeferral(self._deferrals, key, self._write_behind_window)
-        await reconcile_children(self._steps, sandbox, now, errors, deferral=deferral)
+        await reconcile_children(self._steps, sandbox, now, this.errors, deferral=deferral)
         expired_now, requeue = check_expiry(sandbox, self._clock())
         if expired_now:
             _set_expired(sandbox, now)
@@ -246,40 +246,33 @@ class SandboxReconciler:
         if deferral is not None and deferral.deferred:
             # Wake up when the window ends, to send the skipped Pod patch (delta 3.3).
             requeue = deferral.wait if requeue is None else min(requeue, deferral.wait)
-        elif deferral is not None and not errors.errors:
+        elif deferral is not None and not this.errors.errors:
             self._deferrals.clear(key)
-        with errors.step():
-            await self._status.write(sandbox, old_status)
-        return self._finish(request, cached, old_status, sandbox, errors, requeue)
+        with this.errors.step():
+            await self._status.write(sandbox, this.old_status)
+        return self._finish(this, requeue)
 
-    def _finish(
-        self,
-        request: Request,
-        cached: Obj,
-        old_status: Obj,
-        sandbox: Obj,
-        errors: ErrorCollector,
-        requeue: float | None = None,
-    ) -> Result:
+    def _finish(self, this: _Pass, requeue: float | None = None) -> Result:
         """Log, emit events and turn the pass's errors into a result or a retry.
 
         A MultiplePods error is not retried at all (upstream v0.5.6 does not return it): the
         next pass comes from the owned-Pod watch, e.g. when an extra Pod is deleted.
         """
+        errors = this.errors
         for error in errors.errors:
             log.warning(
                 "sandbox %s: %s (%s)",
-                request,
+                this.request,
                 error.message,
                 "will retry with backoff" if error.transient else "retrying slowly",
             )
         if errors.multiple_pods is not None:
             log.warning(
                 "sandbox %s: %s (waiting for the extra Pods to be deleted)",
-                request,
+                this.request,
                 errors.multiple_pods.message,
             )
-        self._events.record((request.namespace, request.name), cached, old_status, sandbox)
+        self._events.record(this.key, this.cached, this.old_status, this.sandbox)
         if any(error.transient for error in errors.errors):
             raise SandboxReconcileError(errors.text)
         if errors.errors:
