@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.events import truncate_note
 from kube_agent_sandbox.controller.runtime.types import EventRecorder, Obj
 from kube_agent_sandbox.controller.sandbox.conditions import find_condition
-
-EVENT_NOTE_LIMIT: Final = 1024
-"""events.k8s.io/v1 rejects notes longer than 1 kB."""
 
 _ERROR_REASONS: Final = (c.REASON_RECONCILER_ERROR, c.REASON_MULTIPLE_PODS)
 
@@ -67,13 +65,10 @@ class ErrorEvents:
         if self._recorder is None:
             return
         self._last[key] = current
-        note = current[1]
-        if len(note) > EVENT_NOTE_LIMIT:
-            note = note[: EVENT_NOTE_LIMIT - 3] + "..."
         self._recorder.event(
             cached,
             type_="Warning",
             reason=current[0],
             action=c.EVENT_ACTION_RECONCILING,
-            note=note,
+            note=truncate_note(current[1]),
         )
