@@ -57,9 +57,25 @@ def _uv_run(session: nox.Session, *args: str, **kwargs: object) -> None:
     session.run("uv", "run", "--frozen", "--no-sync", *args, external=True, **kwargs)  # type: ignore[arg-type]
 
 
+PYTEST_NO_TESTS_COLLECTED = 5
+"""pytest's exit code when it collected nothing (a wrong path, a -k or -m matching nothing)."""
+
+
 def _pytest_exit_ok(session: nox.Session, *args: str) -> None:
-    """Run pytest; a run that collects no test is a failure, not a pass."""
-    _uv_run(session, "pytest", *args, *session.posargs)
+    """Run pytest; a run that collects no test is a failure, not a pass.
+
+    nox fails on every non-zero exit already; exit code 5 gets its own message, because
+    "no tests ran" after a moved folder or a mistyped filter reads like success otherwise.
+    """
+    try:
+        _uv_run(session, "pytest", *args, *session.posargs)
+    except nox.command.CommandFailed as exc:
+        if exc.return_code == PYTEST_NO_TESTS_COLLECTED:
+            session.error(
+                f"pytest collected no test from {' '.join(args + tuple(session.posargs))}: "
+                "check the paths and the -k/-m filters"
+            )
+        raise
 
 
 @nox.session
@@ -101,7 +117,7 @@ def integration(session: nox.Session) -> None:
     _sync(session)
     # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py).
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-helm")
-    _pytest_exit_ok(session, "-p", "no:randomly", *INTEGRATION_TESTS)
+    _pytest_exit_ok(session, *INTEGRATION_TESTS)
 
 
 @nox.session

@@ -167,3 +167,41 @@ def test_command_without_lease_rights_cannot_lead(
         process=process,
     )
     assert cluster.kubectl("get", "lease", LEASE, "-n", namespace, check=False).returncode != 0
+
+
+@pytest.mark.parametrize("separate_watch", [False, True], ids=["shared-watch", "separate-watch"])
+def test_command_with_three_api_connections(
+    cluster: ClusterAccess,
+    controller_runner: ControllerRunner,
+    namespace: str,
+    tmp_path: Path,
+    separate_watch: bool,
+) -> None:
+    """--api-connections=3: requests and watches spread over three pools; Sandboxes get Ready."""
+    process, _, _ = _start(
+        controller_runner,
+        namespace,
+        tmp_path,
+        "--api-connections=3",
+        f"--separate-watch-connection={str(separate_watch).lower()}",
+    )
+    for name in ("pools-a", "pools-b", "pools-c"):
+        cluster.apply(_sandbox(namespace, name))
+    for name in ("pools-a", "pools-b", "pools-c"):
+        wait_for_object(
+            cluster.api_client(),
+            ObjectRef("agents.x-k8s.io/v1beta1", "Sandbox", name, namespace),
+            lambda o: any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (o.get("status") or {}).get("conditions") or ()
+            ),
+            timeout=90,
+            what="Ready",
+        )
+    process.stop(grace=40)
+    assert process.returncode == 0, process.log_tail()
+    records = [json.loads(line) for line in process.log_path.read_text().splitlines() if line]
+    sharding = [r for r in records if r["msg"].startswith("API transport sharding enabled")]
+    assert sharding, records
+    assert sharding[0].get("connections") == 3
+    assert not [r for r in records if r["level"] == "error"], records

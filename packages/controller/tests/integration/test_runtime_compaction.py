@@ -10,7 +10,7 @@ ConfigMaps keep the watch cache, as in production, for the restart test.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from informer_events import record_events
@@ -22,6 +22,7 @@ from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, PrerequisiteError
 from kube_agent_sandbox.testing.plugin import unavailable
+from kube_agent_sandbox.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -73,14 +74,6 @@ def secret(name: str) -> Obj:
     return {"metadata": {"name": name, "labels": {"t": "1"}}, "stringData": {"v": "1"}}
 
 
-async def until(cond: Callable[[], bool], *, seconds: float = 60.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if cond():
-                return
-            await asyncio.sleep(0.02)
-
-
 async def wait_compacted(client: ApiClient, ns: str, rv: str) -> None:
     """Wait until a watch from ``rv`` is refused with 410 (history compacted)."""
     async with asyncio.timeout(60):
@@ -128,7 +121,7 @@ async def test_informer_relists_after_410_and_delivers_missed_deletions(
 
     inf.start()  # resumes from old_rv, gets 410, relists
     try:
-        await until(lambda: inf.relists == 2)
+        await eventually(lambda: inf.relists == 2, within=60)
         assert sorted(events) == [("add", "born"), ("delete", "vanish"), ("update", "change")]
         assert inf.get(ns, "vanish") is None
         assert inf.get(ns, "change")["data"] == {"v": "Y2hhbmdlZA=="}  # type: ignore[index]
@@ -176,7 +169,9 @@ async def test_apiserver_restart_loses_no_object(
         expected = await server_names()
         assert "pre0" not in expected
         assert "just-after" in expected
-        await until(lambda: {o["metadata"]["name"] for o in inf.list()} == expected)
-        await until(lambda: (inf.get(ns, "pre2") or {}).get("data") == {"v": "after"})
+        await eventually(lambda: {o["metadata"]["name"] for o in inf.list()} == expected, within=60)
+        await eventually(
+            lambda: (inf.get(ns, "pre2") or {}).get("data") == {"v": "after"}, within=60
+        )
     finally:
         await inf.stop()

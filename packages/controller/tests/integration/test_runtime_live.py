@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,19 +19,12 @@ from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Request, Resource, Result
 from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 PODS = Resource("", "v1", "pods", "Pod")
-
-
-async def until(cond: Callable[[], bool], *, seconds: float = 30.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if cond():
-                return
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -176,7 +169,7 @@ async def test_informer_list_then_watch(client: ApiClient, namespace: str) -> No
         await client.create(CONFIGMAPS, namespace, cm("new", app="x"))
         await client.patch(CONFIGMAPS, namespace, "pre1", {"data": {"v": "2"}})
         await client.delete(CONFIGMAPS, namespace, "pre2")
-        await until(lambda: len(events) == 3)
+        await eventually(lambda: len(events) == 3, within=30)
         assert events == [("add", "new"), ("update", "pre1"), ("delete", "pre2")]
         assert inf.get(namespace, "pre1")["data"] == {"v": "2"}  # type: ignore[index]
     finally:
@@ -221,7 +214,7 @@ async def test_leader_election_with_two_managers(cluster: ClusterAccess, namespa
     await clients[0].create(CONFIGMAPS, namespace, cm("watched"))
     first = asyncio.create_task(managers[0].run())
     try:
-        await until(managers[0].controllers_started.is_set)
+        await eventually(managers[0].controllers_started.is_set, within=30)
         second = asyncio.create_task(managers[1].run())
         await asyncio.sleep(1.5)  # several retry periods: the standby must not take over
         assert not managers[1].leading.is_set()
@@ -234,8 +227,8 @@ async def test_leader_election_with_two_managers(cluster: ClusterAccess, namespa
         managers[0].request_stop()
         await asyncio.wait_for(first, 30)
         # released on a clean stop: the standby takes over without waiting 4 s of expiry
-        await until(managers[1].controllers_started.is_set, seconds=10)
-        await until(lambda: Request(namespace, "watched") in recs[1].seen)
+        await eventually(managers[1].controllers_started.is_set, within=10)
+        await eventually(lambda: Request(namespace, "watched") in recs[1].seen, within=30)
         lease = await clients[1].get(LEASES, namespace, "runtime-test")
         assert lease["spec"]["holderIdentity"] == "m1"
         assert lease["spec"]["leaseTransitions"] >= 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from opentelemetry import propagate, trace
 
 from kube_agent_sandbox.controller import app
 from kube_agent_sandbox.controller import plugins as app_plugins
@@ -46,8 +47,14 @@ def test_lease_namespace_outside_a_cluster_fails(tmp_path: Path, content: str | 
 
 
 def test_tracing_off_is_a_no_op() -> None:
+    """Without --enable-tracing nothing global changes and the shutdown hook does nothing."""
+    provider, propagator = trace.get_tracer_provider(), propagate.get_global_textmap()
     shutdown = app.setup_tracing(ControllerOptions())
-    shutdown()  # callable, does nothing
+    assert trace.get_tracer_provider() is provider  # no OTLP provider installed
+    assert propagate.get_global_textmap() is propagator
+    assert shutdown() is None
+    assert shutdown() is None  # safe to call again (shutdown runs on every exit path)
+    assert trace.get_tracer_provider() is provider
 
 
 def test_missing_kubeconfig_is_a_startup_error(tmp_path: Path) -> None:
@@ -79,7 +86,12 @@ def _client(options: ControllerOptions) -> ApiClient:
 def test_client_settings_follow_flags() -> None:
     client = _client(parse_args(["--kube-api-qps=5", "--kube-api-burst=7", "--api-connections=3"]))
     assert client.bucket.unlimited is False
-    assert client._max_connections == 300
+    assert client.pool_count == 3
+    assert client._max_connections == 100  # per pool
+    assert client._separate_watch_pool is False
+    watched = _client(parse_args(["--separate-watch-connection"]))
+    assert watched.pool_count == 1
+    assert watched._separate_watch_pool is True
 
 
 async def test_webhook_disabled_builds_no_server() -> None:

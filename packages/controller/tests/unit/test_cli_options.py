@@ -8,12 +8,10 @@ from typing import Any
 import pytest
 
 from kube_agent_sandbox.controller.config import (
-    BindAddress,
     ConfigError,
     ControllerOptions,
     build_flagset,
     parse_args,
-    parse_bind_address,
     validate,
 )
 from kube_agent_sandbox.controller.goflag import FlagError
@@ -316,31 +314,6 @@ def test_pprof_debug_implies_pprof() -> None:
     assert parse_args(["--enable-pprof-debug"]).pprof_enabled is True
     assert parse_args(["--enable-pprof"]).pprof_enabled is True
     assert parse_args([]).pprof_enabled is False
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        (":8080", BindAddress(None, 8080)),
-        ("0.0.0.0:8080", BindAddress("0.0.0.0", 8080)),
-        ("127.0.0.1:0", BindAddress("127.0.0.1", 0)),
-        ("localhost:9", BindAddress("localhost", 9)),
-        ("[::1]:8081", BindAddress("::1", 8081)),
-        ("[::]:8081", BindAddress("::", 8081)),
-        ("0", None),
-        ("", None),
-    ],
-)
-def test_bind_address(text: str, expected: BindAddress | None) -> None:
-    assert parse_bind_address(text) == expected
-
-
-@pytest.mark.parametrize(
-    "text", ["8080", "host", ":", ":http", "::1:80", "[::1]", "a:b:1", ":99999"]
-)
-def test_bind_address_rejects(text: str) -> None:
-    with pytest.raises(ValueError, match=r"expected host:port|port out of range"):
-        parse_bind_address(text)
 
 
 # --- v0.5.6 duration and rate flags (delta section 6) -------------------------------------------

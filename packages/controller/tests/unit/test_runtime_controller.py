@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -21,6 +20,7 @@ from kube_agent_sandbox.controller.runtime.types import (
     Result,
     TerminalError,
 )
+from kube_agent_sandbox.testing.waiting import eventually
 
 PARENTS = Resource("example.com", "v2", "parents", "Parent")
 CHILDREN = Resource("", "v1", "configmaps", "ConfigMap")
@@ -77,14 +77,6 @@ def owned(
 def sample(metrics: RuntimeMetrics, metric: str, **labels: str) -> float:
     value = metrics.registry.get_sample_value(metric, labels)
     return 0.0 if value is None else value
-
-
-async def until(cond: Callable[[], bool], *, seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if cond():
-                return
-            await asyncio.sleep(0.001)
 
 
 def make(reconciler: ScriptedReconciler, metrics: RuntimeMetrics, **kwargs: object) -> Controller:
@@ -186,14 +178,14 @@ async def test_end_to_end_with_informers_and_fake_api() -> None:
     ctrl.start()
     try:
         await api.create(PARENTS, "ns", {"metadata": {"name": "p1"}})
-        await until(lambda: Request("ns", "p1") in rec.calls)
+        await eventually(lambda: Request("ns", "p1") in rec.calls)
         rec.calls.clear()
         await api.create(
             CHILDREN, "ns", owned("c1", owner_api="example.com/v1", owner_kind="Parent", owner="p9")
         )
-        await until(lambda: Request("ns", "p9") in rec.calls)
+        await eventually(lambda: Request("ns", "p9") in rec.calls)
         await api.create(OTHERS, "ns", {"metadata": {"name": "s", "labels": {"parent": "p7"}}})
-        await until(lambda: Request("ns", "p7") in rec.calls)
+        await eventually(lambda: Request("ns", "p7") in rec.calls)
         assert (
             sample(
                 metrics, "controller_runtime_reconcile_total", controller="parent", result="success"
@@ -228,8 +220,8 @@ async def test_error_is_retried_with_backoff_and_counted() -> None:
     ctrl.start()
     try:
         ctrl.queue.add(req)
-        await until(lambda: len(rec.calls) == 3)
-        await until(lambda: ctrl.queue.num_requeues(req) == 0)  # forgotten after success
+        await eventually(lambda: len(rec.calls) == 3)
+        await eventually(lambda: ctrl.queue.num_requeues(req) == 0)  # forgotten after success
     finally:
         await ctrl.stop(1)
     assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 2
@@ -344,14 +336,14 @@ async def test_same_key_never_reconciled_concurrently_with_many_workers() -> Non
     try:
         req = Request("ns", "p")
         ctrl.queue.add(req)
-        await until(lambda: len(rec.calls) == 1)
+        await eventually(lambda: len(rec.calls) == 1)
         for _ in range(10):
             ctrl.queue.add(req)
         await asyncio.sleep(0.01)
         assert len(rec.calls) == 1
         assert sample(metrics, "controller_runtime_active_workers", controller="parent") == 1
         rec.gate.set()
-        await until(lambda: len(rec.calls) == 2)
+        await eventually(lambda: len(rec.calls) == 2)
         assert not rec.overlap
     finally:
         await ctrl.stop(1)
@@ -363,7 +355,7 @@ async def test_stop_waits_for_in_flight_then_cancels_after_grace() -> None:
     ctrl = make(rec, RuntimeMetrics(), workers=2)
     ctrl.start()
     ctrl.queue.add(Request("ns", "a"))
-    await until(lambda: len(rec.calls) == 1)
+    await eventually(lambda: len(rec.calls) == 1)
     assert await ctrl.stop(0.05) is False  # gate never opens: cancelled after grace
 
     rec2 = ScriptedReconciler()
@@ -371,7 +363,7 @@ async def test_stop_waits_for_in_flight_then_cancels_after_grace() -> None:
     ctrl2 = make(rec2, RuntimeMetrics())
     ctrl2.start()
     ctrl2.queue.add(Request("ns", "a"))
-    await until(lambda: len(rec2.calls) == 1)
+    await eventually(lambda: len(rec2.calls) == 1)
     stopping = asyncio.create_task(ctrl2.stop(5))
     await asyncio.sleep(0.01)
     ctrl2.queue.add(Request("ns", "b"))  # refused: stopping

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from kube_agent_sandbox.controller.runtime.events import EVENTS, EventSink
+import pytest
+
+from kube_agent_sandbox.controller.runtime.events import (
+    EVENTS,
+    NOTE_LIMIT,
+    EventSink,
+    truncate_note,
+)
 from kube_agent_sandbox.controller.runtime.fake import FakeApi
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
 
@@ -120,3 +127,13 @@ async def test_background_writer_writes_and_stop_flushes() -> None:
 def test_malformed_object_never_raises() -> None:
     sink = EventSink(FakeApi())
     sink.recorder("c").event({"metadata": None}, type_="Normal", reason="R", action="A", note="n")
+
+
+@pytest.mark.parametrize(
+    ("length", "expected_tail"),
+    [(0, ""), (1024, "x"), (1025, "..."), (5000, "...")],
+)
+def test_notes_are_cut_to_the_api_limit_with_an_ellipsis(length: int, expected_tail: str) -> None:
+    note = truncate_note("x" * length)
+    assert len(note) == min(length, NOTE_LIMIT)
+    assert note.endswith(expected_tail)

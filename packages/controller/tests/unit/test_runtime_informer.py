@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
 from kube_agent_sandbox.controller.runtime.fake import FakeApi
 from kube_agent_sandbox.controller.runtime.informer import OWNER_UID_INDEX, EventHandler, Informer
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.testing.waiting import eventually
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 
@@ -30,14 +30,6 @@ class Recorder:
         )
 
 
-async def until(cond: Callable[[], bool], *, seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if cond():
-                return
-            await asyncio.sleep(0.001)
-
-
 @pytest.fixture
 async def api() -> FakeApi:
     return FakeApi()
@@ -48,7 +40,7 @@ async def started(api: FakeApi, **kwargs: object) -> Informer:
     inf.start()
     async with asyncio.timeout(5):
         await inf.wait_for_sync()
-    await until(lambda: api.watch_count > 0)
+    await eventually(lambda: api.watch_count > 0)
     return inf
 
 
@@ -92,7 +84,7 @@ async def test_watch_events_reach_cache_and_handlers(api: FakeApi) -> None:
         await api.create(CONFIGMAPS, "default", cm("new"))
         await api.patch(CONFIGMAPS, "default", "new", {"data": {"k": "v2"}})
         await api.delete(CONFIGMAPS, "default", "before")
-        await until(lambda: len(rec.events) == 4)
+        await eventually(lambda: len(rec.events) == 4)
         assert rec.events[1:] == [("add", "new"), ("update", "new"), ("delete", "before")]
         assert inf.get("default", "new")["data"] == {"k": "v2"}  # type: ignore[index]
         assert inf.get("default", "before") is None
@@ -119,7 +111,7 @@ async def test_managed_fields_stripped_and_transform_applied(api: FakeApi) -> No
         body2 = cm("b")
         body2["metadata"]["managedFields"] = [{"manager": "x"}]
         await api.create(CONFIGMAPS, "default", body2)
-        await until(lambda: inf.get("default", "b") is not None)
+        await eventually(lambda: inf.get("default", "b") is not None)
         assert "managedFields" not in inf.get("default", "b")["metadata"]  # type: ignore[index]
         assert "data" not in inf.get("default", "b")  # type: ignore[operator]
     finally:
@@ -132,13 +124,15 @@ async def test_resumes_from_last_resource_version_after_disconnect(api: FakeApi)
     inf.add_event_handler(rec.handler())
     try:
         await api.create(CONFIGMAPS, "default", cm("a"))
-        await until(lambda: inf.get("default", "a") is not None)
+        await eventually(lambda: inf.get("default", "a") is not None)
         seen_rv = inf.resource_version
         api.drop_watches()
         # changes while no watch is open
         await api.create(CONFIGMAPS, "default", cm("b"))
         await api.delete(CONFIGMAPS, "default", "a")
-        await until(lambda: inf.get("default", "b") is not None and inf.get("default", "a") is None)
+        await eventually(
+            lambda: inf.get("default", "b") is not None and inf.get("default", "a") is None
+        )
         assert inf.relists == 1  # resumed, no relist
         assert ("add", "b") in rec.events
         assert ("delete", "a") in rec.events
@@ -164,8 +158,8 @@ async def test_relist_on_410_delivers_missed_deletions_adds_and_updates(api: Fak
         await api.patch(CONFIGMAPS, "default", "change", {"data": {"k": "changed"}})
         await api.create(CONFIGMAPS, "default", cm("born"))
         api.compact()
-        await until(lambda: inf.relists == 2)
-        await until(lambda: api.watch_count > 0)
+        await eventually(lambda: inf.relists == 2)
+        await eventually(lambda: api.watch_count > 0)
         assert sorted(rec.events) == [("add", "born"), ("delete", "vanish"), ("update", "change")]
         assert inf.get("default", "vanish") is None
         assert inf.get("default", "change")["data"] == {"k": "changed"}  # type: ignore[index]
@@ -179,7 +173,7 @@ async def test_error_event_410_in_stream_triggers_relist(api: FakeApi) -> None:
     inf = await started(api)
     try:
         api.expire_watches()
-        await until(lambda: inf.relists == 2)
+        await eventually(lambda: inf.relists == 2)
     finally:
         await inf.stop()
 
@@ -192,7 +186,7 @@ async def test_bookmark_advances_resource_version_without_events(api: FakeApi) -
     try:
         await api.create(other, "default", {"metadata": {"name": "s"}})
         api.bookmark(CONFIGMAPS)
-        await until(lambda: inf.resource_version == str(api.last_rv))
+        await eventually(lambda: inf.resource_version == str(api.last_rv))
         assert rec.events == []
     finally:
         await inf.stop()
@@ -206,7 +200,7 @@ async def test_label_selector_is_sent_to_server(api: FakeApi) -> None:
         assert [o["metadata"]["name"] for o in inf.list()] == ["yes"]
         await api.create(CONFIGMAPS, "default", cm("yes2", app="x"))
         await api.create(CONFIGMAPS, "default", cm("no2", app="y"))
-        await until(lambda: len(inf) == 2)
+        await eventually(lambda: len(inf) == 2)
         assert inf.get("default", "no2") is None
     finally:
         await inf.stop()
@@ -229,10 +223,10 @@ async def test_reader_label_filter_and_indexes(api: FakeApi) -> None:
         inf.add_index("team", lambda o: [o["metadata"]["labels"]["team"]])
         assert [o["metadata"]["name"] for o in inf.by_index("team", "b")] == ["lonely"]
         await api.patch(CONFIGMAPS, "default", "lonely", {"metadata": {"labels": {"team": "a"}}})
-        await until(lambda: inf.by_index("team", "b") == [])
+        await eventually(lambda: inf.by_index("team", "b") == [])
         assert len(inf.by_index("team", "a")) == 2
         await api.delete(CONFIGMAPS, "default", "child")
-        await until(lambda: inf.by_index(OWNER_UID_INDEX, "u-1") == [])
+        await eventually(lambda: inf.by_index(OWNER_UID_INDEX, "u-1") == [])
         with pytest.raises(ValueError, match="already exists"):
             inf.add_index("team", lambda o: [])
         with pytest.raises(KeyError):
@@ -252,7 +246,7 @@ async def test_failing_handler_does_not_stop_others(api: FakeApi) -> None:
     inf.add_event_handler(rec.handler())
     try:
         await api.create(CONFIGMAPS, "default", cm("a"))
-        await until(lambda: rec.events == [("add", "a")])
+        await eventually(lambda: rec.events == [("add", "a")])
     finally:
         await inf.stop()
 
@@ -325,7 +319,7 @@ async def test_relist_without_changes_dispatches_nothing(api: FakeApi) -> None:
     rec.events.clear()
     try:
         api.expire_watches()
-        await until(lambda: inf.relists == 2)
+        await eventually(lambda: inf.relists == 2)
         assert rec.events == []
     finally:
         await inf.stop()
@@ -339,8 +333,8 @@ async def test_too_large_resource_version_triggers_relist(api: FakeApi) -> None:
     inf = Informer(api, CONFIGMAPS, retry_backoff=0.001)
     inf.start()
     try:
-        await until(lambda: inf.relists == 2)
-        await until(lambda: api.watch_count > 0)
+        await eventually(lambda: inf.relists == 2)
+        await eventually(lambda: api.watch_count > 0)
     finally:
         await inf.stop()
 

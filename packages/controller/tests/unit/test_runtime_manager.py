@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import aiohttp
 import pytest
@@ -16,8 +15,8 @@ from kube_agent_sandbox.controller.runtime.leaderelection import (
     LeaderElectionLost,
 )
 from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.servers import parse_bind_address
 from kube_agent_sandbox.controller.runtime.types import ApiError, Request, Resource, Result
+from kube_agent_sandbox.testing.waiting import eventually
 
 THINGS = Resource("example.com", "v1", "things", "Thing")
 
@@ -46,14 +45,6 @@ class Runnable:
 
     async def stop(self) -> None:
         self.log.append(f"stop {self.name}")
-
-
-async def until(cond: Callable[[], bool], *, seconds: float = 10.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if cond():
-                return
-            await asyncio.sleep(0.005)
 
 
 def election(identity: str) -> LeaderElectionConfig:
@@ -87,26 +78,6 @@ async def http_get(port: int, path: str) -> tuple[int, str]:
         return resp.status, await resp.text()
 
 
-@pytest.mark.parametrize(
-    ("address", "expected"),
-    [
-        (":8080", ("0.0.0.0", 8080)),
-        ("127.0.0.1:9", ("127.0.0.1", 9)),
-        ("[::1]:80", ("::1", 80)),
-        ("0", None),
-        ("", None),
-    ],
-)
-def test_parse_bind_address(address: str, expected: tuple[str, int] | None) -> None:
-    assert parse_bind_address(address) == expected
-
-
-@pytest.mark.parametrize("address", ["8080", ":http", ":70000", "host:"])
-def test_parse_bind_address_rejects(address: str) -> None:
-    with pytest.raises(ValueError, match=r"port|bind"):
-        parse_bind_address(address)
-
-
 async def test_runs_controllers_serves_probes_and_metrics() -> None:
     api = FakeApi()
     await api.create(THINGS, "ns", {"metadata": {"name": "t1"}})
@@ -114,10 +85,10 @@ async def test_runs_controllers_serves_probes_and_metrics() -> None:
     mgr = manager(api, rec)
     run = asyncio.create_task(mgr.run())
     try:
-        await until(mgr.controllers_started.is_set)
-        await until(lambda: Request("ns", "t1") in rec.finished)
+        await eventually(mgr.controllers_started.is_set)
+        await eventually(lambda: Request("ns", "t1") in rec.finished)
         await api.create(THINGS, "ns", {"metadata": {"name": "t2"}})
-        await until(lambda: Request("ns", "t2") in rec.finished)
+        await eventually(lambda: Request("ns", "t2") in rec.finished)
         assert mgr.health_server is not None
         assert mgr.metrics_server is not None
         assert await http_get(mgr.health_server.port, "/healthz") == (200, "ok")
@@ -145,13 +116,13 @@ async def test_readyz_fails_until_caches_sync() -> None:
     api.on_request = block_lists
     run = asyncio.create_task(mgr.run())
     try:
-        await until(lambda: mgr.health_server is not None and mgr.leading.is_set())
+        await eventually(lambda: mgr.health_server is not None and mgr.leading.is_set())
         assert mgr.health_server is not None
         status, text = await http_get(mgr.health_server.port, "/readyz")
         assert status == 500
         assert "informers-synced" in text
         blocked.set()
-        await until(mgr.controllers_started.is_set)
+        await eventually(mgr.controllers_started.is_set)
         assert (await http_get(mgr.health_server.port, "/readyz"))[0] == 200
     finally:
         mgr.request_stop()
@@ -169,10 +140,10 @@ async def test_only_the_leader_reconciles_and_release_hands_over() -> None:
         mgr.add_runnable(Runnable(log, f"webhook-{name}"))
         mgr.add_runnable(Runnable(log, f"leader-{name}"), needs_leader=True)
     run_a = asyncio.create_task(mgr_a.run())
-    await until(mgr_a.controllers_started.is_set)
+    await eventually(mgr_a.controllers_started.is_set)
     run_b = asyncio.create_task(mgr_b.run())
     try:
-        await until(lambda: "start webhook-b" in log)
+        await eventually(lambda: "start webhook-b" in log)
         await asyncio.sleep(0.3)  # b keeps retrying the held lease
         assert not mgr_b.leading.is_set()
         assert "start leader-b" not in log
@@ -184,8 +155,8 @@ async def test_only_the_leader_reconciles_and_release_hands_over() -> None:
         mgr_a.request_stop()
         await asyncio.wait_for(run_a, 10)
         assert (await api.get(LEASES, "sys", "mgr-lock"))["spec"]["holderIdentity"] in ("", "b")
-        await until(mgr_b.controllers_started.is_set, seconds=5)
-        await until(lambda: Request("ns", "t1") in rec_b.finished)
+        await eventually(mgr_b.controllers_started.is_set, within=5)
+        await eventually(lambda: Request("ns", "t1") in rec_b.finished)
         assert log.index("stop leader-a") < log.index("stop webhook-a")
         assert "start leader-b" in log
     finally:
@@ -201,7 +172,7 @@ async def test_losing_the_lease_stops_controllers_and_raises() -> None:
     log: list[str] = []
     mgr.add_runnable(Runnable(log, "leader"), needs_leader=True)
     run = asyncio.create_task(mgr.run())
-    await until(mgr.controllers_started.is_set)
+    await eventually(mgr.controllers_started.is_set)
 
     def fail_updates(verb: str, *_: object) -> None:
         if verb == "update":
@@ -222,7 +193,7 @@ async def test_graceful_stop_finishes_in_flight_reconcile() -> None:
     rec = Recording(gate)
     mgr = manager(api, rec, graceful_shutdown_timeout=5.0)
     run = asyncio.create_task(mgr.run())
-    await until(lambda: rec.seen == [Request("ns", "slow")])
+    await eventually(lambda: rec.seen == [Request("ns", "slow")])
     mgr.request_stop()
     await asyncio.sleep(0.05)
     assert not run.done()  # waiting for the in-flight reconcile
@@ -235,7 +206,7 @@ async def test_stop_before_leadership_returns_cleanly() -> None:
     api = FakeApi()
     holder = manager(api, Recording(), identity="holder")
     run_holder = asyncio.create_task(holder.run())
-    await until(holder.controllers_started.is_set)
+    await eventually(holder.controllers_started.is_set)
     waiting = manager(api, Recording(), identity="waiter")
     run_waiting = asyncio.create_task(waiting.run())
     await asyncio.sleep(0.1)
@@ -292,7 +263,7 @@ async def test_sigterm_stops_gracefully() -> None:
     rec = Recording()
     mgr = manager(api, rec, identity="sig")
     run = asyncio.create_task(mgr.run_until_signal())
-    await until(lambda: Request("ns", "t1") in rec.finished)
+    await eventually(lambda: Request("ns", "t1") in rec.finished)
     os.kill(os.getpid(), signal.SIGTERM)
     await asyncio.wait_for(run, 10)
     lease = await api.get(LEASES, "sys", "mgr-lock")

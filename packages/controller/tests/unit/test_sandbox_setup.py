@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from sandbox_fakes import make_sandbox
@@ -22,16 +22,9 @@ from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.setup import setup
+from kube_agent_sandbox.testing.waiting import eventually
 
 NS = "default"
-
-
-async def _eventually(check: Callable[[], object], *, attempts: int = 500) -> None:
-    for _ in range(attempts):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition never became true")
 
 
 @pytest.fixture
@@ -70,8 +63,8 @@ class TestSetup:
     ) -> None:
         api, manager = running
         await api.create(SANDBOXES, NS, make_sandbox("sb", service=True))
-        await _eventually(lambda: _get(api, PODS, "sb") is not None)
-        await _eventually(lambda: _get(api, SERVICES, "sb") is not None)
+        await eventually(lambda: _get(api, PODS, "sb") is not None)
+        await eventually(lambda: _get(api, SERVICES, "sb") is not None)
 
         # A kubelet marks the pod ready: the owned-pod watch must trigger a reconcile.
         status = {
@@ -80,7 +73,7 @@ class TestSetup:
             "podIPs": [{"ip": "10.0.0.9"}],
         }
         await api.patch(PODS, NS, "sb", {"status": status}, subresource="status")
-        await _eventually(lambda: _ready_reason(api, "sb") == "DependenciesReady")
+        await eventually(lambda: _ready_reason(api, "sb") == "DependenciesReady")
         sandbox = _get(api, SANDBOXES, "sb")
         assert sandbox is not None
         assert sandbox["status"]["serviceFQDN"] == "sb.default.svc.test.local"
@@ -112,10 +105,10 @@ class TestSetup:
     async def test_deleted_pod_is_recreated(self, running: tuple[FakeApi, Manager]) -> None:
         api, _ = running
         await api.create(SANDBOXES, NS, make_sandbox("sb"))
-        await _eventually(lambda: _get(api, PODS, "sb") is not None)
+        await eventually(lambda: _get(api, PODS, "sb") is not None)
         first_uid = _get(api, PODS, "sb")["metadata"]["uid"]  # type: ignore[index]
         await api.delete(PODS, NS, "sb")
-        await _eventually(
+        await eventually(
             lambda: (
                 (_get(api, PODS, "sb") or {}).get("metadata", {}).get("uid")
                 not in (None, first_uid)

@@ -7,14 +7,14 @@ only the template-create and pool watches can deliver.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from claim_env import ClaimEnv, conditions
+from claim_env import ClaimEnv
 
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
+from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition
 
 pytestmark = pytest.mark.integration
 
@@ -29,29 +29,25 @@ async def env(
         yield e
 
 
-async def _ready_within(env: ClaimEnv, name: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        claim = await env.get(SANDBOX_CLAIMS, name)
-        if conditions(claim).get("Ready", {}).get("status") == "True":
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"claim {name} not Ready within {seconds}s of the fix")
+async def _ready_within(cluster: Any, env: ClaimEnv, name: str, seconds: float) -> None:
+    """Watch the claim until Ready is True (the controllers run on their own thread)."""
+    ref = ObjectRef(SANDBOX_CLAIMS.api_version, SANDBOX_CLAIMS.kind, name, env.namespace)
+    await asyncio.to_thread(wait_for_condition, cluster.api_client(), ref, "Ready", timeout=seconds)
 
 
 class TestRecovery:
     extensions = ("claim",)
 
-    async def test_template_created_later(self, env: ClaimEnv) -> None:
+    async def test_template_created_later(self, cluster: Any, env: ClaimEnv) -> None:
         await env.pool("pool", "late-template")
         await env.claim("waiting", "pool")
         await env.until_claim("waiting", status="False", reason="TemplateNotFound")
         await env.template("late-template")
-        await _ready_within(env, "waiting", BEFORE_FALLBACK)
+        await _ready_within(cluster, env, "waiting", BEFORE_FALLBACK)
 
-    async def test_pool_created_later(self, env: ClaimEnv) -> None:
+    async def test_pool_created_later(self, cluster: Any, env: ClaimEnv) -> None:
         await env.template("tmpl")
         await env.claim("waiting", "late-pool")
         await env.until_claim("waiting", status="False", reason="WarmPoolNotFound")
         await env.pool("late-pool", "tmpl")
-        await _ready_within(env, "waiting", BEFORE_FALLBACK)
+        await _ready_within(cluster, env, "waiting", BEFORE_FALLBACK)

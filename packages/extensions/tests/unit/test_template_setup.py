@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,17 +26,10 @@ from kube_agent_sandbox.extensions.template.setup import (
     foreign_policy_mapper,
     setup,
 )
+from kube_agent_sandbox.testing.waiting import eventually
 
 NS = "default"
 NP = "tpl-network-policy"
-
-
-async def _eventually(check: Callable[[], object], *, attempts: int = 500) -> None:
-    for _ in range(attempts):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition never became true")
 
 
 def _template(name: str = "tpl", **spec: object) -> Obj:
@@ -78,17 +71,17 @@ class TestWiring:
         [controller] = [ctl for ctl in manager.controllers if ctl.name == CONTROLLER_NAME]
         assert controller.workers == 1  # --sandbox-template-concurrent-workers=0 runs one
         template = await api.create(SANDBOX_TEMPLATES, NS, _template())
-        await _eventually(lambda: _spec(api) == desired_spec(template))
+        await eventually(lambda: _spec(api) == desired_spec(template))
         labels = api.obj(SANDBOX_TEMPLATES, "tpl")["metadata"]["labels"]  # type: ignore[index]
         assert labels == {c.LABEL_SANDBOX_TEMPLATE_REF_HASH: "9d22159f"}
 
         # A hand edit of the owned policy triggers a reconcile through the owner watch.
         await api.patch(NETWORK_POLICIES, NS, NP, {"spec": {"egress": []}})
-        await _eventually(lambda: _spec(api) == desired_spec(template))
+        await eventually(lambda: _spec(api) == desired_spec(template))
 
         # So does its deletion.
         await api.delete(NETWORK_POLICIES, NS, NP)
-        await _eventually(lambda: _spec(api) == desired_spec(template))
+        await eventually(lambda: _spec(api) == desired_spec(template))
 
     async def test_removing_a_foreign_policy_lets_the_template_take_the_name(
         self, running: tuple[FakeApi, Manager]
@@ -96,23 +89,23 @@ class TestWiring:
         api, _ = running
         foreign = api.add(NETWORK_POLICIES, {"metadata": {"name": NP}, "spec": {"podSelector": {}}})
         template = await api.create(SANDBOX_TEMPLATES, NS, _template())
-        await _eventually(lambda: api.obj(SANDBOX_TEMPLATES, "tpl")["metadata"].get("labels"))  # type: ignore[index]
+        await eventually(lambda: api.obj(SANDBOX_TEMPLATES, "tpl")["metadata"].get("labels"))  # type: ignore[index]
         await asyncio.sleep(0.1)
         assert api.obj(NETWORK_POLICIES, NP) == foreign  # never written
         # The template re-checks only every minute; the deletion event brings it back now.
         await api.delete(NETWORK_POLICIES, NS, NP)
-        await _eventually(lambda: _spec(api) == desired_spec(template))
+        await eventually(lambda: _spec(api) == desired_spec(template))
 
     async def test_switch_to_unmanaged_deletes_the_policy(
         self, running: tuple[FakeApi, Manager]
     ) -> None:
         api, _ = running
         await api.create(SANDBOX_TEMPLATES, NS, _template())
-        await _eventually(lambda: _spec(api) is not None)
+        await eventually(lambda: _spec(api) is not None)
         await api.patch(
             SANDBOX_TEMPLATES, NS, "tpl", {"spec": {"networkPolicyManagement": "Unmanaged"}}
         )
-        await _eventually(lambda: api.obj(NETWORK_POLICIES, NP) is None)
+        await eventually(lambda: api.obj(NETWORK_POLICIES, NP) is None)
 
 
 def test_foreign_policy_mapper() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -25,6 +25,7 @@ from kube_agent_sandbox.extensions.common.resources import (
 )
 from kube_agent_sandbox.extensions.warmpool.reconciler import WarmPoolReconciler
 from kube_agent_sandbox.extensions.warmpool.setup import setup
+from kube_agent_sandbox.testing.waiting import eventually
 
 WAIT = 30.0
 
@@ -48,13 +49,8 @@ class Running:
             if (sb["metadata"].get("labels") or {}).get(c.LABEL_WARM_POOL_SANDBOX) == wanted
         ]
 
-    async def until(self, what: str, check: object) -> None:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            if check():  # type: ignore[operator]
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"gave up waiting for {what}")
+    async def until(self, what: str, check: Callable[[], object]) -> None:
+        await eventually(check, within=WAIT, what=what, interval=0.01)
 
 
 @pytest.fixture

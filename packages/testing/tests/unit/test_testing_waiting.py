@@ -1,12 +1,19 @@
-"""Pure parts of the waits: object references and reading a condition's boolean status."""
+"""Pure parts of the waits: object references, a condition's boolean status, in-process waits."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from kube_agent_sandbox.testing.waiting import ObjectRef, condition_status, wait_for_condition
+from kube_agent_sandbox.testing.waiting import (
+    ObjectRef,
+    WaitTimeoutError,
+    condition_status,
+    eventually,
+    wait_for_condition,
+)
 
 
 def test_object_ref_from_a_manifest() -> None:
@@ -66,3 +73,41 @@ def test_condition_status_of_missing_conditions_is_none(obj: dict[str, Any] | No
 def test_wait_for_condition_rejects_a_non_condition_status(status: str) -> None:
     with pytest.raises(ValueError, match="True, False or Unknown"):
         wait_for_condition(None, ObjectRef("v1", "Pod", "p", "ns"), "Ready", status=status)  # type: ignore[arg-type]
+
+
+async def test_eventually_returns_once_another_task_changed_the_state() -> None:
+    seen: list[int] = []
+
+    async def producer() -> None:
+        for i in range(3):
+            await asyncio.sleep(0.01)
+            seen.append(i)
+
+    task = asyncio.create_task(producer())
+    await eventually(lambda: len(seen) == 3, within=5, what="three items")
+    assert seen == [0, 1, 2]
+    await task
+
+
+async def test_eventually_checks_at_once() -> None:
+    calls: list[None] = []
+
+    def check() -> bool:
+        calls.append(None)
+        return True
+
+    await eventually(check, within=0)
+    assert len(calls) == 1
+
+
+async def test_eventually_times_out_with_what_it_waited_for() -> None:
+    with pytest.raises(WaitTimeoutError, match=r"timed out after 0.05s waiting for the moon"):
+        await eventually(lambda: False, within=0.05, what="the moon")
+
+
+async def test_eventually_lets_a_broken_check_fail() -> None:
+    def broken() -> bool:
+        raise KeyError("gone")
+
+    with pytest.raises(KeyError, match="gone"):
+        await eventually(broken, within=5)

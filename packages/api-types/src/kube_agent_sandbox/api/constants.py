@@ -80,6 +80,9 @@ SHADOW_POOL_PREFIX: Final = "shadow-pool-"
 # --- Enum values used by conversion (spec sections 1.2-1.7) ------------------------------------
 OPERATING_MODE_RUNNING: Final = "Running"
 OPERATING_MODE_SUSPENDED: Final = "Suspended"
+# Sandbox spec.shutdownPolicy (spec section 1.2): what happens to an expired Sandbox.
+SHUTDOWN_POLICY_DELETE: Final = "Delete"
+SHUTDOWN_POLICY_RETAIN: Final = "Retain"
 # v1alpha1 SandboxClaim spec.warmpool: these two (and "") mean "no specific pool".
 WARM_POOL_POLICY_NONE: Final = "none"
 WARM_POOL_POLICY_DEFAULT: Final = "default"

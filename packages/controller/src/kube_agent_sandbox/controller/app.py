@@ -65,8 +65,8 @@ logger = logging.getLogger(__name__)
 SERVICE_ACCOUNT_NAMESPACE_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 CONNECTIONS_PER_API_CONNECTION: Final = 100
 """Concurrent requests one upstream HTTP/2 connection carries (the apiserver's default
-``SETTINGS_MAX_CONCURRENT_STREAMS``); our HTTP/1.1 pool gets this many sockets per
-``--api-connections``."""
+``SETTINGS_MAX_CONCURRENT_STREAMS``); each of our ``--api-connections`` HTTP/1.1 pools gets
+this many sockets."""
 
 
 class StartupError(Exception):
@@ -146,23 +146,22 @@ def resolve_leader_election_namespace(
 def build_client(
     options: ControllerOptions, cluster: ClusterConfig, *, metrics: RuntimeMetrics
 ) -> ApiClient:
-    """The API client with ``--kube-api-qps``/``--kube-api-burst`` and ``--api-connections``."""
+    """The API client with ``--kube-api-qps``/``--kube-api-burst``, ``--api-connections``
+    (that many independent connection pools, used round-robin) and
+    ``--separate-watch-connection`` (watches in a pool of their own)."""
     if options.api_connections > 1:
         logger.info(
             "API transport sharding enabled: non-watch API traffic may use more connections",
             extra={"connections": options.api_connections},
-        )
-    if options.separate_watch_connection:
-        logger.info(
-            "informer list/watch traffic uses its own connection pool "
-            "(always the case in this implementation)"
         )
     return ApiClient(
         cluster,
         qps=options.kube_api_qps,
         burst=options.kube_api_burst,
         metrics=metrics,
-        max_connections=CONNECTIONS_PER_API_CONNECTION * options.api_connections,
+        max_connections=CONNECTIONS_PER_API_CONNECTION,
+        pools=options.api_connections,
+        separate_watch_pool=options.separate_watch_connection,
     )
 
 

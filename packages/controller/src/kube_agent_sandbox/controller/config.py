@@ -29,6 +29,7 @@ from kube_agent_sandbox.controller.logsetup import (
     parse_stacktrace_level,
     parse_time_encoding,
 )
+from kube_agent_sandbox.controller.runtime.servers import BindAddress, parse_bind_address
 
 __all__ = [
     "ALLOWED_LABEL_DOMAINS_FILE",
@@ -108,15 +109,15 @@ class ControllerOptions:
     api_connections: int = _flag(
         "api-connections",
         1,
-        "Number of independent HTTP connections (connection pools) to the API server for "
-        "non-watch traffic (writes, uncached reads, events, leader election). "
-        "Values > 1 shard requests round-robin across that many pools.",
+        "Number of independent HTTP connection pools to the API server. Requests (writes, "
+        "lists, uncached reads, events, leader election) take them round-robin; so do "
+        "watches unless --separate-watch-connection is set.",
     )
     separate_watch_connection: bool = _flag(
         "separate-watch-connection",
         False,
-        "Give the informer caches (list/watch streams) a dedicated connection pool to the "
-        "API server, isolated from request traffic.",
+        "Give the informers' watch streams a dedicated connection pool to the API server, "
+        "isolated from request traffic (their lists stay ordinary requests).",
     )
     sandbox_concurrent_workers: int = _flag(
         "sandbox-concurrent-workers", 100, "Max concurrent reconciles for the Sandbox controller"
@@ -475,42 +476,6 @@ def validate(options: ControllerOptions) -> list[str]:
     if not 0 < options.webhook_port < 65536 and options.enable_webhook:
         raise ConfigError(f"invalid --webhook-port {options.webhook_port}: not in 1..65535")
     return warnings
-
-
-@dataclass(frozen=True, slots=True)
-class BindAddress:
-    """A listen address; ``host`` ``None`` means every interface (Go's ``:port``)."""
-
-    host: str | None
-    port: int
-
-
-_BIND = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:\[\]]*)):(?P<port>[0-9]+)")
-
-
-def parse_bind_address(text: str) -> BindAddress | None:
-    """Parse a Go ``host:port`` listen address.
-
-    Args:
-        text: ``:8080``, ``127.0.0.1:8080``, ``[::1]:8080``; ``0`` or empty turns the
-            server off (controller-runtime's convention).
-
-    Returns:
-        The address, or ``None`` when the server is disabled.
-
-    Raises:
-        ValueError: malformed address or port out of range.
-    """
-    if text in ("", "0"):
-        return None
-    match = _BIND.fullmatch(text)
-    if match is None:
-        raise ValueError("expected host:port")
-    port = int(match["port"])
-    if port > 65535:
-        raise ValueError("port out of range")
-    host = match["v6"] if match["v6"] is not None else match["host"]
-    return BindAddress(host=host or None, port=port)
 
 
 _DOMAIN_SEPARATORS = re.compile(r"[,\n\r]")

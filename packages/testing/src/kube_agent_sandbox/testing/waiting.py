@@ -4,10 +4,15 @@ A test waits for a condition by its boolean ``status`` (``"True"``/``"False"``),
 condition merely being present, and for deletion by the watch's DELETED event (or the object
 being gone at the start). Both list once to learn the current state and resource version,
 then watch from there, re-listing if the watch expires (HTTP 410).
+
+State inside the test's own process (an informer cache, a recording reconciler, the fake API)
+has no watch: :func:`eventually` is the one helper for it, so tests do not each write their
+own loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import weakref
@@ -256,3 +261,33 @@ def wait_for_object(
     )
     assert found is not None
     return found
+
+
+async def eventually(
+    check: Callable[[], object],
+    *,
+    within: float = 10.0,
+    what: str = "condition",
+    interval: float = 0.005,
+) -> None:
+    """Wait until ``check()`` is truthy, for state in this process (caches, fakes, recorders).
+
+    The event loop runs between checks, so the tasks that change the state make progress.
+    Objects on an API server are awaited with the watch-based waits of this module instead.
+
+    Args:
+        check: Returns a truthy value once the awaited state is reached; it is called at once,
+            then every ``interval`` seconds. Its exceptions propagate (a broken check fails
+            the test instead of timing out).
+        within: Seconds before giving up.
+        what: Description for the timeout message.
+        interval: Seconds between checks.
+
+    Raises:
+        WaitTimeoutError: If ``check`` is still falsy after ``within`` seconds.
+    """
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() >= deadline:
+            raise WaitTimeoutError(f"timed out after {within:g}s waiting for {what}", None)
+        await asyncio.sleep(interval)

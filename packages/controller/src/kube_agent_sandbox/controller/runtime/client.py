@@ -10,6 +10,7 @@ client-go's ``rest_client_*`` metrics. Watch streams are read line by line witho
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import ssl
 import time
@@ -111,12 +112,16 @@ class ApiClient:
         qps: client-side requests per second; ``<= 0`` disables throttling.
         burst: token bucket size; must be positive.
         metrics: metric set; the process default when omitted.
-        max_connections: connection pool size for ordinary requests (watches use their own
-            unbounded pool so they never starve writes).
+        max_connections: connection limit of each pool.
+        pools: independent connection pools (``--api-connections``); requests take them in
+            turn (round-robin), so one slow or broken connection holds back only its share.
+        separate_watch_pool: watches get a dedicated, unbounded pool of their own
+            (``--separate-watch-connection``); otherwise they take their turn in the
+            round-robin like any request and hold a connection of that pool while open.
         request_timeout: total timeout of one non-watch request in seconds.
 
     Raises:
-        ValueError: if ``burst`` is not positive.
+        ValueError: if ``burst`` or ``pools`` is not positive.
     """
 
     def __init__(
@@ -127,17 +132,23 @@ class ApiClient:
         burst: int = 10,
         metrics: RuntimeMetrics | None = None,
         max_connections: int = 100,
+        pools: int = 1,
+        separate_watch_pool: bool = True,
         request_timeout: float = 60.0,
     ) -> None:
         if burst <= 0:
             raise ValueError(f"burst must be positive, got {burst}")
+        if pools <= 0:
+            raise ValueError(f"pools must be positive, got {pools}")
         self.config = config
         self.bucket = TokenBucket(qps, burst)
         self.metrics = metrics or default_metrics()
         self._host_label = urlsplit(config.host).netloc
         self._max_connections = max_connections
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=30)
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: list[aiohttp.ClientSession | None] = [None] * pools
+        self._turn = itertools.count()
+        self._separate_watch_pool = separate_watch_pool
         self._watch_session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ApiClient:
@@ -148,11 +159,16 @@ class ApiClient:
 
     async def close(self) -> None:
         """Close the HTTP sessions (open watches end)."""
-        for session in (self._session, self._watch_session):
+        for session in (*self._sessions, self._watch_session):
             if session is not None and not session.closed:
                 await session.close()
-        self._session = None
+        self._sessions = [None] * len(self._sessions)
         self._watch_session = None
+
+    @property
+    def pool_count(self) -> int:
+        """Number of round-robin connection pools (``--api-connections``)."""
+        return len(self._sessions)
 
     def _new_session(self, limit: int) -> aiohttp.ClientSession:
         ssl_setting: ssl.SSLContext | bool = self.config.ssl_context or True
@@ -164,11 +180,17 @@ class ApiClient:
         )
 
     def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = self._new_session(self._max_connections)
-        return self._session
+        """The next pool in the round-robin (created on first use)."""
+        index = next(self._turn) % len(self._sessions)
+        session = self._sessions[index]
+        if session is None or session.closed:
+            session = self._sessions[index] = self._new_session(self._max_connections)
+        return session
 
     def _wsess(self) -> aiohttp.ClientSession:
+        """The dedicated watch pool, or the next round-robin pool without one."""
+        if not self._separate_watch_pool:
+            return self._sess()
         if self._watch_session is None or self._watch_session.closed:
             self._watch_session = self._new_session(0)
         return self._watch_session

@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from kube_agent_sandbox.controller.runtime.leaderelection import micro_time
 from kube_agent_sandbox.controller.runtime.objects import meta
@@ -29,10 +30,18 @@ EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
 SERIES_WINDOW = 360.0
 """Seconds during which a repeated event joins the existing Event's series (client-go: 6 min)."""
 
-_MAX_NOTE = 1024
+NOTE_LIMIT: Final = 1024
+"""events.k8s.io/v1 rejects notes longer than 1 kB."""
 _MAX_FIELD = 128
 
 _SeriesKey = tuple[str, str, str, str, str, str, str, str]
+
+
+def truncate_note(note: str) -> str:
+    """The note cut to :data:`NOTE_LIMIT` characters, ending in ``...`` when it was cut."""
+    if len(note) <= NOTE_LIMIT:
+        return note
+    return note[: NOTE_LIMIT - 3] + "..."
 
 
 @dataclass
@@ -142,7 +151,7 @@ class EventSink:
                 "action": action[:_MAX_FIELD],
                 "reason": reason[:_MAX_FIELD],
                 "type": type_,
-                "note": note[:_MAX_NOTE],
+                "note": truncate_note(note),
                 "regarding": {k: v for k, v in regarding.items() if v},
             }
             self._queue.append(_Pending(key, body))

@@ -328,14 +328,14 @@ class Manager:
 
     async def _start_servers(self) -> None:
         if self._metrics_bind is not None:
-            host, port = self._metrics_bind
+            host, port = self._metrics_bind.host, self._metrics_bind.port
             app = metrics_app(self.registry)
             for path, handler in self.metrics_extra_handlers.items():
                 app.router.add_get(path, handler)
             self.metrics_server = HttpServer(host, port, app)
             await self.metrics_server.start()
         if self._health_bind is not None:
-            host, port = self._health_bind
+            host, port = self._health_bind.host, self._health_bind.port
             self.health_server = HttpServer(
                 host, port, health_app(self.healthz_checks, self.readyz_checks)
             )

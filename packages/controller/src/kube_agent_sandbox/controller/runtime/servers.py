@@ -8,7 +8,9 @@ controller-runtime's healthz handler does.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -19,37 +21,54 @@ logger = logging.getLogger(__name__)
 Check = Callable[[], bool]
 
 
-def parse_bind_address(address: str) -> tuple[str, int] | None:
-    """Parse ``host:port`` / ``:port``; ``""`` or ``"0"`` mean disabled (None).
+@dataclass(frozen=True, slots=True)
+class BindAddress:
+    """A listen address; ``host`` ``None`` means every interface, IPv4 and IPv6 (Go's ``:port``)."""
+
+    host: str | None
+    port: int
+
+
+_BIND = re.compile(r"(?:\[(?P<v6>[^\]\s]*)\]|(?P<host>[^:\[\]\s]*)):(?P<port>[0-9]+)")
+
+
+def parse_bind_address(text: str) -> BindAddress | None:
+    """Parse a Go ``host:port`` listen address (``--metrics-bind-address`` and the like).
+
+    Args:
+        text: ``:8080`` (every interface), ``127.0.0.1:8080``, ``localhost:8080``,
+            ``[::1]:8080``, ``[::]:8080``; ``0`` or empty turns the server off
+            (controller-runtime's convention). An IPv6 host needs its brackets.
+
+    Returns:
+        The address, or ``None`` when the server is disabled.
 
     Raises:
-        ValueError: for a malformed address or port.
+        ValueError: ``expected host:port`` for a malformed address, ``port out of range``
+            above 65535.
     """
-    if address in ("", "0"):
+    if text in ("", "0"):
         return None
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"bind address {address!r} needs a port (host:port or :port)")
-    try:
-        port_number = int(port)
-    except ValueError:
-        raise ValueError(f"invalid port in bind address {address!r}") from None
-    if not 0 <= port_number <= 65535:
-        raise ValueError(f"port out of range in bind address {address!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, port_number
+    match = _BIND.fullmatch(text)
+    if match is None:
+        raise ValueError("expected host:port")
+    port = int(match["port"])
+    if port > 65535:
+        raise ValueError("port out of range")
+    host = match["v6"] if match["v6"] is not None else match["host"]
+    return BindAddress(host=host or None, port=port)
 
 
 class HttpServer:
     """A small aiohttp server on one address.
 
     Args:
-        host: interface to listen on.
+        host: interface to listen on; ``None`` listens on every interface (IPv4 and IPv6).
         port: TCP port (0 picks a free one; see :attr:`port` after start).
         app: the aiohttp application.
     """
 
-    def __init__(self, host: str, port: int, app: web.Application) -> None:
+    def __init__(self, host: str | None, port: int, app: web.Application) -> None:
         self.host = host
         self.port = port
         self.app = app
@@ -65,7 +84,8 @@ class HttpServer:
         sockets = getattr(server, "sockets", None) or []
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
-        logger.info("serving %s on %s:%d", ",".join(self._paths()), self.host, self.port)
+        where = "*" if self.host is None else self.host
+        logger.info("serving %s on %s:%d", ",".join(self._paths()), where, self.port)
 
     async def stop(self) -> None:
         """Stop listening."""

@@ -4,7 +4,8 @@ Clients (the SDK, the claim controller, e2e tests comparing whole statuses) depe
 type/status/reason/message strings, on the list order (order of first insertion) and on
 lastTransitionTime moving only when a status flips, so all of that lives here, in pure
 functions that unit tests can pin down (spec sections 3.7 and "Conventions"; the PodScheduled
-mirror of upstream v0.5.6 in delta section 3.1).
+mirror of upstream v0.5.6 in delta section 3.1). It stays one module of about 400 lines on
+purpose: the four conditions are computed together from the same inputs, in the spec's order.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime.types import Obj
 from kube_agent_sandbox.controller.sandbox.ownership import is_owned_by
-from kube_agent_sandbox.controller.sandbox.resources import OPERATING_MODE_SUSPENDED
 
 TRUE = "True"
 FALSE = "False"
@@ -114,7 +114,7 @@ def _generation(sandbox: Obj) -> int:
 
 
 def _suspended(sandbox: Obj) -> bool:
-    return bool(sandbox.get("spec", {}).get("operatingMode") == OPERATING_MODE_SUSPENDED)
+    return bool(sandbox.get("spec", {}).get("operatingMode") == c.OPERATING_MODE_SUSPENDED)
 
 
 def compute_suspended(sandbox: Obj, pod: Obj | None, *, pod_failed: bool) -> Obj:

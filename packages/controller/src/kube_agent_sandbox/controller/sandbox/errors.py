@@ -5,9 +5,17 @@ forever. Some errors cannot heal by retrying the same request (an invalid pod te
 name taken by another owner, a namespace being deleted), so each error here says whether it
 is *transient* (retry soon with backoff) or not (report it in status, retry slowly). The
 message text is what ends up in the Ready condition, so it matches upstream's wording.
+
+The steps of a reconcile raise these errors; :class:`ErrorCollector` is the one place a pass
+catches them, so a failed step does not stop the next one (upstream joins the errors of every
+step and returns them together).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from kube_agent_sandbox.controller.runtime.types import ApiError
 
@@ -81,3 +89,46 @@ def join_messages(errors: list[ChildError]) -> str | None:
     if not errors:
         return None
     return "\n".join(err.message for err in errors)
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """Whether the step run inside :meth:`ErrorCollector.step` raised."""
+
+    failed: bool = False
+
+
+class ErrorCollector:
+    """The errors of one reconcile pass, caught at one boundary as the steps raise them.
+
+    Attributes:
+        errors: The ChildErrors raised so far, in step order.
+        multiple_pods: The MultiplePods error, kept apart: it has its own Ready reason and is
+            not retried (the owned-Pod watch brings the next pass).
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[ChildError] = []
+        self.multiple_pods: MultiplePodsError | None = None
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[StepOutcome]:
+        """Run one step: a ChildError it raises is recorded and the pass goes on.
+
+        Yields:
+            The step's outcome; ``failed`` is set once the block has raised.
+        """
+        outcome = StepOutcome()
+        try:
+            yield outcome
+        except MultiplePodsError as error:
+            outcome.failed = True
+            self.multiple_pods = error
+        except ChildError as error:
+            outcome.failed = True
+            self.errors.append(error)
+
+    @property
+    def text(self) -> str | None:
+        """The errors joined as Go's ``errors.Join`` prints them; None when there are none."""
+        return join_messages(self.errors)

@@ -1,7 +1,8 @@
 """REST resource descriptors of every kind the Sandbox controller reads or writes.
 
 Kept in one place so the reconciler, the watch setup and the RBAC rules all name the same
-group/version/plural and cannot drift apart.
+group/version/plural and cannot drift apart. Labels, annotations and spec enum values live in
+:mod:`kube_agent_sandbox.api.constants`, shared with the extensions and the SDK.
 """
 
 from __future__ import annotations
@@ -19,9 +20,3 @@ SERVICES: Final = Resource(group="", version="v1", plural="services", kind="Serv
 PVCS: Final = Resource(
     group="", version="v1", plural="persistentvolumeclaims", kind="PersistentVolumeClaim"
 )
-
-# Values of Sandbox spec enums (spec section 1.2).
-OPERATING_MODE_RUNNING: Final = "Running"
-OPERATING_MODE_SUSPENDED: Final = "Suspended"
-SHUTDOWN_POLICY_DELETE: Final = "Delete"
-SHUTDOWN_POLICY_RETAIN: Final = "Retain"

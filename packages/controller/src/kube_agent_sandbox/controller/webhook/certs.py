@@ -29,6 +29,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kube_agent_sandbox.api.constants import WEBHOOK_SECRET_NAME
+from kube_agent_sandbox.controller.config import (
+    DEFAULT_WEBHOOK_CERT_NAME,
+    DEFAULT_WEBHOOK_KEY_NAME,
+)
 from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Resource
 from kube_agent_sandbox.controller.webhook.x509build import Issuer, build_certificate, key_usage
 
@@ -38,9 +42,10 @@ CA_COMMON_NAME: Final = "agent-sandbox-conversion-webhook-ca"
 CA_KEY: Final = "ca.crt"
 CERT_KEY: Final = "tls.crt"
 KEY_KEY: Final = "tls.key"
-DEFAULT_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
-DEFAULT_CERT_NAME: Final = "tls.crt"
-DEFAULT_KEY_NAME: Final = "tls.key"
+# The serving file names default to the --webhook-cert-name/--webhook-key-name defaults
+# (one source: config.py, which also owns the --webhook-cert-dir default).
+DEFAULT_CERT_NAME: Final = DEFAULT_WEBHOOK_CERT_NAME
+DEFAULT_KEY_NAME: Final = DEFAULT_WEBHOOK_KEY_NAME
 COMBINED_PEM_NAME: Final = "cert.pem"
 VALIDITY: Final = dt.timedelta(days=365)
 BACKDATE: Final = dt.timedelta(hours=1)

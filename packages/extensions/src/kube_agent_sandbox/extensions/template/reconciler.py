@@ -22,6 +22,7 @@ import logging
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.events import truncate_note
 from kube_agent_sandbox.controller.runtime.objects import meta, name_of, namespace_of
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
@@ -51,11 +52,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ERROR_REQUEUE: Final = 60.0
 """Seconds before re-checking a template whose error only a user can fix."""
-
-EVENT_REASON: Final = "ReconcilerError"
-EVENT_ACTION: Final = "Reconciling"
-EVENT_NOTE_LIMIT: Final = 1024
-"""events.k8s.io/v1 rejects notes longer than 1 kB."""
 
 
 class TemplateReconcileError(Exception):
@@ -143,11 +139,12 @@ class TemplateReconciler:
         if self._recorder is None or self._last_warning.get(key) == message:
             return
         self._last_warning[key] = message
-        note = message
-        if len(note) > EVENT_NOTE_LIMIT:
-            note = note[: EVENT_NOTE_LIMIT - 3] + "..."
         self._recorder.event(
-            template, type_="Warning", reason=EVENT_REASON, action=EVENT_ACTION, note=note
+            template,
+            type_="Warning",
+            reason=c.REASON_RECONCILER_ERROR,
+            action=c.EVENT_ACTION_RECONCILING,
+            note=truncate_note(message),
         )
 
     async def _reconcile_template(self, template: Obj) -> None:

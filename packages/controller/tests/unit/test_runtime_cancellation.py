@@ -1,9 +1,13 @@
-"""Regression tests from a review of the runtime against controller-runtime's contract."""
+"""Cancellation and bad reconciler results against controller-runtime's contract.
+
+A lost lease cancels in-flight reconciles at once and never starts controllers late; a
+cancelled run leaves no lease candidate or stop waiter behind; a reconciler that returns no
+Result or meets a foreign cancellation is an error, not a dead worker; stopping still cancels.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +20,7 @@ from kube_agent_sandbox.controller.runtime.leaderelection import (
 )
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.types import ApiError, Request, Resource, Result
+from kube_agent_sandbox.testing.waiting import eventually
 
 THINGS = Resource("example.com", "v1", "things", "Thing")
 
@@ -38,14 +43,6 @@ class Blocking:
             raise
         self.finished.append(request)
         return Result()
-
-
-async def until(cond: Callable[[], bool], *, seconds: float = 10.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if cond():
-                return
-            await asyncio.sleep(0.005)
 
 
 def manager(api: FakeApi, rec: Blocking, identity: str, **kw: object) -> Manager:
@@ -88,7 +85,7 @@ async def test_lost_lease_cancels_in_flight_reconciles_without_grace() -> None:
     rec = Blocking()
     mgr = manager(api, rec, "a", graceful_shutdown_timeout=3600.0)
     run = asyncio.create_task(mgr.run())
-    await until(lambda: rec.seen == [Request("ns", "slow")])
+    await eventually(lambda: rec.seen == [Request("ns", "slow")])
     api.on_request = fail_lease_updates
     with pytest.raises(LeaderElectionLost):
         await asyncio.wait_for(run, 10)
@@ -104,7 +101,7 @@ async def test_lease_lost_while_caches_sync_never_starts_controllers() -> None:
     rec = Blocking()
     mgr = manager(api, rec, "a")
     run = asyncio.create_task(mgr.run())
-    await until(mgr.leading.is_set)
+    await eventually(mgr.leading.is_set)
     api.on_request = fail_lease_updates
     with pytest.raises(LeaderElectionLost):
         await asyncio.wait_for(run, 10)
@@ -116,12 +113,12 @@ async def test_cancelled_run_leaves_no_candidate_acquiring_the_lease() -> None:
     api = FakeApi()
     holder = manager(api, Blocking(), "holder")
     run_holder = asyncio.create_task(holder.run())
-    await until(holder.controllers_started.is_set)
+    await eventually(holder.controllers_started.is_set)
     waiting = manager(api, Blocking(), "waiter")
     run_waiting = asyncio.create_task(waiting.run())
     # the holder's election runs; the waiter's starts beside it and keeps acquiring
     assert len(tasks_running("LeaderElector.run")) == 1
-    await until(lambda: len(tasks_running("LeaderElector.run")) == 2)
+    await eventually(lambda: len(tasks_running("LeaderElector.run")) == 2)
     run_waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run_waiting
@@ -138,7 +135,7 @@ async def test_cancelled_run_leaves_no_stop_waiter_behind() -> None:
     api = FakeApi()
     mgr = manager(api, Blocking(), "a")
     run = asyncio.create_task(mgr.run())
-    await until(mgr.controllers_started.is_set)
+    await eventually(mgr.controllers_started.is_set)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
@@ -166,9 +163,9 @@ async def test_a_reconciler_returning_no_result_is_an_error_not_a_dead_worker() 
     ctrl.queue.add(Request("ns", "second"))
     ctrl.start()
     try:
-        await until(lambda: Request("ns", "second") in rec.calls)
+        await eventually(lambda: Request("ns", "second") in rec.calls)
         assert ctrl.queue.num_requeues(Request("ns", "first")) == 1  # retried, rate-limited
-        await until(lambda: rec.calls.count(Request("ns", "first")) == 2)
+        await eventually(lambda: rec.calls.count(Request("ns", "first")) == 2)
     finally:
         assert await ctrl.stop(grace=5.0)
 
@@ -195,8 +192,8 @@ async def test_a_foreign_cancellation_inside_reconcile_is_an_error_not_a_dead_wo
     ctrl.queue.add(Request("ns", "second"))
     ctrl.start()
     try:
-        await until(lambda: Request("ns", "second") in rec.calls)
-        await until(lambda: rec.calls.count(Request("ns", "first")) == 2)  # retried
+        await eventually(lambda: Request("ns", "second") in rec.calls)
+        await eventually(lambda: rec.calls.count(Request("ns", "first")) == 2)  # retried
         assert ctrl.queue.processing() == frozenset()
     finally:
         assert await ctrl.stop(grace=5.0)
@@ -207,7 +204,7 @@ async def test_stopping_still_cancels_an_in_flight_reconcile() -> None:
     ctrl = Controller("stopping", for_resource=THINGS, reconciler=rec, workers=1)
     ctrl.queue.add(Request("ns", "slow"))
     ctrl.start()
-    await until(lambda: rec.seen == [Request("ns", "slow")])
+    await eventually(lambda: rec.seen == [Request("ns", "slow")])
     assert not await ctrl.stop(grace=0.0)
     assert rec.cancelled == [Request("ns", "slow")]
     assert ctrl.queue.processing() == frozenset()
