@@ -271,7 +271,7 @@ def test_controller_never_imports_heavy_packages(tmp_path: Path) -> None:
         f"options = parse_args(['--kubeconfig', {str(path)!r}])\n"
         "app.load_cluster_config(options)\n"
         "import kube_agent_sandbox.extensions.plugin\n"
-        "heavy = {'kubernetes'}\n"
+        "heavy = {'kubernetes', 'pydantic', 'cryptography'}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run(

@@ -36,7 +36,6 @@ from kube_agent_sandbox.controller.runtime.leaderelection import LeaderElectionC
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
 from kube_agent_sandbox.controller.version import register_build_info
-from kube_agent_sandbox.controller.webhook import certs
 from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks
 from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
 
@@ -174,6 +173,8 @@ async def prepare_webhook(
     """
     if not options.enable_webhook:
         return None
+    from kube_agent_sandbox.controller.webhook import certs  # cryptography: ~8 MiB, webhook only
+
     cert_dir = Path(options.webhook_cert_dir)
     if options.manage_webhook_certs:
         logger.info("Preparing webhook certificates", extra={"certDir": str(cert_dir)})
