@@ -319,7 +319,7 @@ def test_sandbox_events_lower_expectations_before_queueing_the_pool() -> None:
         real_add(req)
 
     controller.queue.add = add  # type: ignore[method-assign]
-    handler = wp_setup.sandbox_handler(controller, reconciler)
+    handler = wp_setup.sandbox_handler(controller, reconciler, delay=0.0)
     reconciler.expectations.expect_creations(world.key, 2)
     reconciler.expectations.expect_deletion(world.key, "gone-uid")
     member: dict[str, Any] = {
@@ -354,6 +354,40 @@ def test_sandbox_events_lower_expectations_before_queueing_the_pool() -> None:
     # a Sandbox of nobody queues nothing
     handler.on_add({"metadata": {"name": "x", "namespace": NS}})
     assert len(seen) == before + 1
+
+
+async def test_a_burst_of_member_changes_queues_the_pool_once_after_the_delay() -> None:
+    from warmpool_harness import World
+
+    world = World(replicas=3)
+    controller = Controller(
+        "test-warmpool", for_resource=SANDBOX_WARM_POOLS, reconciler=_NoopReconciler()
+    )
+    handler = wp_setup.sandbox_handler(controller, world.reconciler, delay=0.2)
+    assert handler.on_add is not None
+    assert handler.on_update is not None
+    world.reconciler.expectations.expect_creations(world.key, 5)
+    members = [
+        {
+            "metadata": {
+                "name": f"m{i}",
+                "namespace": NS,
+                "uid": f"u{i}",
+                "ownerReferences": [controller_ref_to(world.pool, kind="SandboxWarmPool")],
+            }
+        }
+        for i in range(5)
+    ]
+    for member in members:
+        handler.on_add(member)
+        handler.on_update(member, member)
+    # expectations are lowered at once, the pass waits for the delay
+    assert world.reconciler.expectations.pending(world.key) == (0, frozenset())
+    assert len(controller.queue) == 0
+    assert controller.queue.delayed() == frozenset({world.key})
+    await asyncio.sleep(0.3)
+    assert len(controller.queue) == 1
+    assert controller.queue.delayed() == frozenset()
 
 
 def test_templates_map_to_the_pools_using_them() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 
 import pytest
@@ -594,3 +595,91 @@ async def test_creates_refused_by_a_terminating_namespace_end_the_work() -> None
         await world.reconcile()
     assert caught.value.namespace_terminating
     assert not isinstance(caught.value, WarmPoolReconcileError)
+
+
+# -- status coalescing -----------------------------------------------------------------------------
+
+
+class LaggingPools:
+    """A pool cache that keeps showing the pool as it was when :meth:`freeze` was called."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.frozen: Obj | None = None
+
+    def freeze(self) -> None:
+        self.frozen = copy.deepcopy(self.world.api.obj(SANDBOX_WARM_POOLS, POOL))
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        if self.frozen is not None:
+            return copy.deepcopy(self.frozen)
+        return self.world.api.obj(SANDBOX_WARM_POOLS, name, namespace)
+
+
+def adopt_by_claim(sb: Obj) -> None:
+    sb["metadata"]["labels"].pop(c.LABEL_WARM_POOL_SANDBOX)
+    sb["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": c.EXTENSIONS_API_VERSION,
+            "kind": c.KIND_SANDBOX_CLAIM,
+            "name": "claim",
+            "uid": "uid-claim",
+            "controller": True,
+        }
+    ]
+
+
+def status_writes(world: World) -> list[Obj]:
+    return [call.body for call in world.api.writes(SANDBOX_WARM_POOLS)]
+
+
+async def test_member_count_changes_are_coalesced_into_one_write_per_interval() -> None:
+    world = World(replicas=3, settings=WarmPoolSettings(status_interval=1.0))
+    for name in ("a", "b", "c"):
+        world.add_member(name)
+    await world.reconcile()
+    assert world.status()["readyReplicas"] == 3
+    world.api.clear_calls()
+    # two members taken by claims within the interval: no write yet, a requeue at its end
+    for name in ("a", "b"):
+        world.api.mutate(SANDBOXES, name, adopt_by_claim)
+        world.sandboxes.sync()
+        world.clock.advance(0.2)
+        result = await world.reconcile()
+        assert status_writes(world) == []
+        assert result.requeue_after is not None
+        assert 0 < result.requeue_after <= 0.8 + 1e-9
+    world.clock.advance(0.6)  # the interval is over: one write with the latest counts
+    await world.reconcile()
+    # c (Ready) and the replacement for a, created by the first pass and now cached
+    assert status_writes(world) == [{"status": {"replicas": 2, "readyReplicas": 1}}]
+
+
+async def test_a_new_generation_is_written_at_once_despite_the_interval() -> None:
+    world = World(replicas=1, settings=WarmPoolSettings(status_interval=60.0))
+    world.add_member("a")
+    await world.reconcile()
+    world.set_pool(replicas=1, updateStrategy={"type": "Recreate"})
+    world.clock.advance(0.1)
+    await world.reconcile()
+    assert world.status()["observedGeneration"] == 2
+
+
+async def test_a_status_the_cache_does_not_show_yet_is_not_written_twice() -> None:
+    world = World(replicas=1)
+    pools = LaggingPools(world)
+    world.reconciler.pools = pools
+    world.add_member("a")
+    pools.freeze()  # the cache will not show the coming status write
+    await world.reconcile()
+    assert len(status_writes(world)) == 1
+    world.api.clear_calls()
+    world.sync()
+    for _ in range(3):
+        await world.reconcile()
+    assert status_writes(world) == []
+    # once the cache moves on (another writer changed the pool), it is trusted again
+    world.api.mutate(SANDBOX_WARM_POOLS, POOL, lambda p: p.update(status={}))
+    pools.freeze()
+    await world.reconcile()
+    assert len(status_writes(world)) == 1

@@ -41,7 +41,6 @@ from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, defaul
 from kube_agent_sandbox.controller.runtime.types import Client
 from kube_agent_sandbox.controller.sandbox import plugin as sandbox_plugin
 from kube_agent_sandbox.controller.version import register_build_info
-from kube_agent_sandbox.controller.webhook import certs
 from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks
 from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
 
@@ -184,6 +183,8 @@ async def prepare_webhook(
     """
     if not options.enable_webhook:
         return None
+    from kube_agent_sandbox.controller.webhook import certs  # cryptography: ~8 MiB, webhook only
+
     cert_dir = Path(options.webhook_cert_dir)
     if options.manage_webhook_certs:
         logger.info("Preparing webhook certificates", extra={"certDir": str(cert_dir)})

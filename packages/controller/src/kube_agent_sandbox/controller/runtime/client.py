@@ -238,9 +238,10 @@ class ApiClient:
         """
         data = orjson.dumps(body) if body is not None else None
         url = self.config.host + path
+        reauthenticated = False
         for attempt in range(_MAX_429_RETRIES + 1):
             await self._throttle(method)
-            headers = self.config.auth_headers()
+            headers = await self.config.request_headers()
             if data is not None:
                 headers["Content-Type"] = content_type
             started = time.monotonic()
@@ -262,6 +263,9 @@ class ApiClient:
                 self._record(method, "<error>", started)
                 raise
             self._record(method, status, started)
+            if status == 401 and not reauthenticated and self.config.unauthorized():
+                reauthenticated = True  # refreshed credentials get one more try
+                continue
             if status == 429 and retry_after and attempt < _MAX_429_RETRIES:
                 try:
                     delay = min(float(retry_after), 10.0)
@@ -453,11 +457,13 @@ class ApiClient:
         async with self._wsess().get(
             url,
             params=params,
-            headers=self.config.auth_headers(),
+            headers=await self.config.request_headers(),
             timeout=timeout,
             server_hostname=self.config.tls_server_name,
         ) as resp:
             self._record("WATCH", resp.status, started)
+            if resp.status == 401:
+                self.config.unauthorized()  # the informer's retry uses fresh credentials
             if resp.status >= 400:
                 raise error_from_status(
                     resp.status, await resp.read(), default_reason=resp.reason or ""

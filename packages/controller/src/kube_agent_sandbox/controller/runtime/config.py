@@ -1,17 +1,31 @@
 """Where the API server is and how to authenticate to it.
 
-Parsing kubeconfig files (contexts, embedded or file certificates, tokens, exec plugins) and the
-in-cluster service account is done by the ``kubernetes`` package's loaders; this module turns
-their result into what an aiohttp session needs: a base URL, an SSL context and auth headers.
+The controller reads kubeconfig files and the in-cluster service account itself instead of
+importing the ``kubernetes`` package for it (that package and its generated models cost about
+23 MiB of resident memory for a few hundred lines of parsing). The result is what an aiohttp
+session needs: a base URL, an SSL context and the headers of every request. Credentials that
+change (rotated token files, exec plugins) come from a
+:mod:`~kube_agent_sandbox.controller.runtime.credentials` source consulted asynchronously before
+each request; kubeconfig parsing itself is in
+:mod:`~kube_agent_sandbox.controller.runtime.kubeconfig`.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import ssl
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from kube_agent_sandbox.controller.runtime.credentials import (
+    Credential,
+    CredentialError,
+    CredentialSource,
+    TokenFileSource,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -31,110 +45,176 @@ class ClusterConfig:
         ssl_context: TLS settings (CA, client certificate); None for plain HTTP.
         tls_server_name: overrides the name checked in the server certificate.
         namespace: the default namespace of the context or service account.
-        source: the kubernetes package ``Configuration`` the settings came from; its refresh
-            hook (in-cluster token rotation, exec plugins) is consulted for every request.
-        static_headers: extra headers sent on every request.
+        credentials: a source of changing credentials (token file, exec plugin), if any.
+        static_headers: headers sent on every request (a static token, basic auth).
     """
 
     host: str
     ssl_context: ssl.SSLContext | None = None
     tls_server_name: str | None = None
     namespace: str = "default"
-    source: Any = None
+    credentials: CredentialSource | None = None
     static_headers: dict[str, str] = field(default_factory=dict)
+    _applied_certificate: str | None = field(default=None, repr=False)
 
     def auth_headers(self) -> dict[str, str]:
-        """Current authentication headers (refreshes rotating tokens when needed)."""
+        """The headers known now, without refreshing anything (static or last cached)."""
         headers = dict(self.static_headers)
-        cfg = self.source
-        if cfg is None:
-            return headers
-        hook = cfg.refresh_api_key_hook
-        if hook is not None:  # rotates in-cluster tokens, re-runs expired exec plugins
-            hook(cfg)
-        # kubernetes >= 30 stores tokens under "BearerToken" (value "Bearer ..."), older
-        # releases under "authorization".
-        for key_name in ("BearerToken", "authorization"):
-            key = cfg.api_key.get(key_name)
-            if key:
-                prefix = cfg.api_key_prefix.get(key_name)
-                headers["Authorization"] = f"{prefix} {key}" if prefix else str(key)
-                return headers
-        if cfg.username or cfg.password:
-            headers["Authorization"] = cfg.get_basic_auth_token()
+        if self.credentials is not None:
+            cred = self.credentials.cached()
+            if cred is not None and cred.token:
+                headers["Authorization"] = f"Bearer {cred.token}"
         return headers
 
+    async def request_headers(self) -> dict[str, str]:
+        """The headers of the next request, refreshing due credentials first.
 
-def _ssl_context_from(cfg: Any) -> ssl.SSLContext | None:
-    if not str(cfg.host).startswith("https"):
-        return None
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
-    if not cfg.verify_ssl:
+        Never blocks the event loop: exec plugins run as asyncio subprocesses.
+
+        Raises:
+            CredentialError: the credential source failed and nothing is cached.
+        """
+        headers = dict(self.static_headers)
+        if self.credentials is None:
+            return headers
+        cred = await self.credentials.credential()
+        if cred.client_certificate and cred.client_certificate != self._applied_certificate:
+            self._apply_client_certificate(cred)
+        if cred.token:
+            headers["Authorization"] = f"Bearer {cred.token}"
+        return headers
+
+    def unauthorized(self) -> bool:
+        """The server answered 401: drop refreshable credentials.
+
+        Returns:
+            True if the request is worth retrying once with fresh credentials.
+        """
+        if self.credentials is None:
+            return False
+        self.credentials.invalidate()
+        return True
+
+    def _apply_client_certificate(self, cred: Credential) -> None:
+        """Use an exec plugin's client certificate for new connections."""
+        if self.ssl_context is None or cred.client_certificate is None:
+            raise CredentialError("a client certificate needs an https server")
+        load_cert_chain_pem(
+            self.ssl_context, cred.client_certificate.encode(), (cred.client_key or "").encode()
+        )
+        self._applied_certificate = cred.client_certificate
+
+
+def load_cert_chain_pem(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Load an in-memory certificate and key (``ssl`` only reads files: a private temp dir).
+
+    Raises:
+        ConfigError: the PEM data is not a matching certificate and key.
+    """
+    with tempfile.TemporaryDirectory(prefix="kas-cert-") as tmp:
+        cert_path = os.path.join(tmp, "tls.crt")
+        key_path = os.path.join(tmp, "tls.key")
+        for path, data in ((cert_path, cert_pem), (key_path, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        try:
+            ctx.load_cert_chain(cert_path, key_path)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError(f"invalid client certificate or key: {exc}") from exc
+
+
+def decode_base64(value: str, *, what: str) -> bytes:
+    """Decode a ``*-data`` field.
+
+    Raises:
+        ConfigError: not base64.
+    """
+    try:
+        return base64.b64decode(value, validate=True)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{what} is not valid base64") from exc
+
+
+def ssl_context_for(
+    *,
+    ca_data: bytes | None = None,
+    ca_file: str | None = None,
+    insecure: bool = False,
+) -> ssl.SSLContext:
+    """An SSL context trusting ``ca_data``/``ca_file`` (system roots when both are None).
+
+    Raises:
+        ConfigError: the CA cannot be read or parsed.
+    """
+    try:
+        if ca_data is not None:
+            ctx = ssl.create_default_context(cadata=ca_data.decode("ascii", "replace"))
+        else:
+            ctx = ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise ConfigError(f"invalid certificate authority: {exc}") from exc
+    if insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
 
 
-def from_kubernetes_configuration(cfg: Any, *, namespace: str = "default") -> ClusterConfig:
-    """Build a :class:`ClusterConfig` from a ``kubernetes.client.Configuration``."""
-    return ClusterConfig(
-        host=str(cfg.host).rstrip("/"),
-        ssl_context=_ssl_context_from(cfg),
-        tls_server_name=getattr(cfg, "tls_server_name", None) or None,
-        namespace=namespace,
-        source=cfg,
-    )
-
-
 def load_kubeconfig(path: str | None = None, *, context: str | None = None) -> ClusterConfig:
     """Load a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``path`` is None).
+
+    ``$KUBECONFIG`` may list several files (``:``-separated); they are merged as kubectl does.
 
     Raises:
         ConfigError: if the file is missing or invalid.
     """
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
+    from kube_agent_sandbox.controller.runtime.kubeconfig import config_from_kubeconfig
 
     if path is None:
-        # read the environment now: the kubernetes package captures it at import time
         path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    cfg = k8s_client.Configuration()
-    try:
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=cfg, persist_config=False
-        )
-        _, active = k8s_config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
-    except (k8s_config.ConfigException, OSError, TypeError) as exc:
-        raise ConfigError(f"cannot load kubeconfig {path or '(default)'}: {exc}") from exc
-    namespace = "default"
-    if context is None and active:
-        namespace = (active.get("context") or {}).get("namespace") or "default"
-    return from_kubernetes_configuration(cfg, namespace=namespace)
+    paths = [p for p in path.split(os.pathsep) if p]
+    return config_from_kubeconfig(paths, context=context)
 
 
-def load_incluster() -> ClusterConfig:
-    """Load the in-cluster service account configuration (token is re-read as it rotates).
+def load_incluster(
+    *,
+    service_account_dir: str = SERVICE_ACCOUNT_DIR,
+    environ: Mapping[str, str] | None = None,
+) -> ClusterConfig:
+    """Load the in-cluster service account configuration (the token is re-read as it rotates).
 
     Raises:
-        ConfigError: when not running in a Pod.
+        ConfigError: when not running in a Pod (no service host, token or CA).
     """
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-
-    cfg = k8s_client.Configuration()
+    env = os.environ if environ is None else environ
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        raise ConfigError(
+            "not running in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT "
+            "must be set"
+        )
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    token_source = TokenFileSource(os.path.join(service_account_dir, "token"))
     try:
-        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    except k8s_config.ConfigException as exc:
+        token_source.load()
+    except CredentialError as exc:
         raise ConfigError(f"not running in a cluster: {exc}") from exc
+    ca_file = os.path.join(service_account_dir, "ca.crt")
+    if not os.path.exists(ca_file):
+        raise ConfigError(f"not running in a cluster: no {ca_file}")
     namespace = "default"
     try:
-        with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), encoding="utf-8") as fh:
+        with open(os.path.join(service_account_dir, "namespace"), encoding="utf-8") as fh:
             namespace = fh.read().strip() or "default"
     except OSError:
         logger.debug("no service account namespace file")
-    return from_kubernetes_configuration(cfg, namespace=namespace)
+    return ClusterConfig(
+        host=f"https://{host}:{port}",
+        ssl_context=ssl_context_for(ca_file=ca_file),
+        namespace=namespace,
+        credentials=token_source,
+    )
 
 
 def load_config(kubeconfig: str | None = None, *, context: str | None = None) -> ClusterConfig:

@@ -78,6 +78,9 @@ GENERATE_NAME_ATTEMPTS: Final = 3
 DEFAULT_MAX_BATCH: Final = 300
 DEFAULT_GRACE: Final = 300.0
 DEFAULT_RECHECK: Final = 60.0
+STATUS_INTERVAL: Final = 1.0
+"""Seconds between two status writes of one pool that only count members (the controller's
+setting; a claim burst would otherwise patch the pool's status for every member it takes)."""
 
 
 def _namespace_terminating(error: BaseException) -> bool:
@@ -106,6 +109,9 @@ class WarmPoolSettings:
     unschedulable_recheck: float = DEFAULT_RECHECK
     replenish_delay: float = 0.0
     max_refill_rate: float = 0.0
+    status_interval: float = 0.0
+    """Coalesce member-count status changes of a pool into one write per this many seconds
+    (0: write every change at once); a new ``observedGeneration`` is always written at once."""
 
     @classmethod
     def from_options(cls, options: ControllerOptions) -> WarmPoolSettings:
@@ -117,6 +123,7 @@ class WarmPoolSettings:
             unschedulable_recheck=options.sandbox_warm_pool_unschedulable_recheck_interval,
             replenish_delay=options.sandbox_warm_pool_replenish_delay,
             max_refill_rate=options.sandbox_warm_pool_max_refill_rate,
+            status_interval=STATUS_INTERVAL,
         )
 
     @property
@@ -139,6 +146,10 @@ class WarmPoolSettings:
 class _PoolState:
     hold: ReplenishHold
     bucket: TokenBucket | None = None
+    status_written_at: float | None = None
+    written: tuple[str, dict[str, Any]] | None = None
+    """(resourceVersion the last status write started from, the status it wrote): the cache
+    shows that version until the write arrives, and must not cause the same write again."""
 
 
 @dataclass
@@ -323,7 +334,7 @@ class WarmPoolReconciler:
             if len(terminating) == len(run.errors):
                 raise terminating[0]  # its namespace is going away: the runtime ends the work
             raise WarmPoolReconcileError(run.errors)
-        await self._write_status(pool, status)
+        await self._write_status(run, state, status)
         return Result(requeue_after=run.requeue.after)
 
     async def _filter_active(self, run: _Pass, listed: list[Obj]) -> None:
@@ -558,11 +569,33 @@ class WarmPoolReconciler:
             raise
         return False
 
-    async def _write_status(self, pool: Obj, desired: dict[str, Any]) -> None:
-        patch = status_patch(pool.get("status"), desired)
+    async def _write_status(self, run: _Pass, state: _PoolState, desired: dict[str, Any]) -> None:
+        """Patch the owned status fields that changed, coalescing member-count changes.
+
+        A write the cache does not show yet counts as the current status (no repeat). A change
+        that only counts members, within ``status_interval`` of the previous write, waits for
+        the end of the interval (the pass requeues itself then), so a burst of claims costs one
+        status write per interval instead of one per member taken or refilled.
+        """
+        pool = run.pool
+        m = meta(pool)
+        version = str(m.get("resourceVersion") or "")
+        current = pool.get("status") or {}
+        if state.written is not None:
+            if state.written[0] == version:
+                current = state.written[1]
+            else:
+                state.written = None
+        patch = status_patch(current, desired)
         if not patch:
             return
-        m = meta(pool)
+        interval = self.settings.status_interval
+        last = state.status_written_at
+        if interval > 0 and last is not None and "observedGeneration" not in patch:
+            wait = last + interval - self._clock()
+            if wait > 0:
+                run.requeue.at_most(wait)
+                return
         try:
             await self.client.patch(
                 SANDBOX_WARM_POOLS,
@@ -574,3 +607,6 @@ class WarmPoolReconciler:
         except ApiError as exc:
             if not exc.not_found:
                 raise
+            return
+        state.status_written_at = self._clock()
+        state.written = (version, {**current, **patch}) if version else None

@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "sandboxwarmpool"
 EVENT_REPORTER: Final = "sandboxwarmpool-controller"
+MEMBER_EVENT_DELAY: Final = 0.25
+"""Seconds between a member's change and the pool pass it causes. A pass reads every member
+from the cache, so the changes of a claim burst (each adoption, each refill's creation and
+status updates) are gathered into one pass per pool per quarter second instead of one each."""
 
 _ALL_VERBS: Final = ("get", "list", "watch", "create", "update", "patch", "delete")
 
@@ -81,26 +85,35 @@ def templates_mapper(pools: Informer) -> Mapper:
     return mapper
 
 
-def sandbox_handler(controller: Controller, reconciler: WarmPoolReconciler) -> EventHandler:
-    """Lower the pool's expectations, then queue the pool (spec 4.2.5)."""
+def sandbox_handler(
+    controller: Controller, reconciler: WarmPoolReconciler, *, delay: float = MEMBER_EVENT_DELAY
+) -> EventHandler:
+    """Lower the pool's expectations at once, then queue the pool within ``delay`` (4.2.5).
+
+    A pool already waiting keeps its earlier deadline, so a stream of member changes costs
+    one pass per ``delay`` and the first change is never postponed by later ones.
+    """
+
+    def queue(key: Request) -> None:
+        controller.queue.add_after(key, delay)
 
     def on_add(sandbox: Obj) -> None:
         key = reconciler.observe_added(sandbox)
         if key is not None:
-            controller.queue.add(key)
+            queue(key)
 
     def on_update(old: Obj, new: Obj) -> None:
         old_key = controller.owner_request(old)
         new_key = controller.owner_request(new)
         if old_key is not None:
-            controller.queue.add(old_key)
+            queue(old_key)
         if new_key is not None and new_key != old_key:
-            controller.queue.add(new_key)
+            queue(new_key)
 
     def on_delete(sandbox: Obj) -> None:
         key = reconciler.observe_deleted(sandbox)
         if key is not None:
-            controller.queue.add(key)
+            queue(key)
 
     return EventHandler(on_add, on_update, on_delete)
 
