@@ -94,6 +94,14 @@ def ref(obj: Mapping[str, Any]) -> tuple[str, str, str, str | None]:
     return obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")
 
 
+def _without_managed_fields(obj: Obj | None) -> Obj | None:
+    """A copy of ``obj`` without ``metadata.managedFields`` (noise in failure messages)."""
+    if obj is None:
+        return None
+    metadata = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
+    return {**obj, "metadata": metadata}
+
+
 class Kube:
     """Plain-dict access to the Kubernetes API: CRUD, merge patches, tables, events, waits."""
 
@@ -447,7 +455,7 @@ class Kube:
             check,
             timeout=timeout,
             what=what or f"{kind} {namespace}/{name}",
-            describe=lambda: last[0],
+            describe=lambda: _without_managed_fields(last[0]),
         )
         assert found is not None  # wait_until returns only truthy results
         return found[0]

@@ -82,7 +82,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         "--timeout", type=float, default=60.0, help="seconds each wait lasts (default: 60)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the harness's steps")
-    return parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    return args, [a for a in extra if a != "--"]
 
 
 def profiles(requested: Sequence[str] | None) -> list[str]:
@@ -172,13 +173,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.controller_cmd:
             _log.error("--controller-cmd runs against the local cluster; drop --kubeconfig")
             return 2
-        environment = installed(args.kubeconfig)
-    else:
-        # Only here: the local environments need the project's test harness.
-        from kube_agent_sandbox.conformance.local import environment as local_environment
+        return _run(args, installed(args.kubeconfig), chosen, extra)
+    # Only here: the local environments need the project's test harness.
+    from kube_agent_sandbox.conformance.local import environment as local_environment
 
-        command = shlex.split(args.controller_cmd) if args.controller_cmd else None
-        environment = local_environment(chosen, controller_cmd=command)
+    command = shlex.split(args.controller_cmd) if args.controller_cmd else None
+    groups = local_groups(chosen)
+    status = 0
+    for group in groups:
+        group_args = args
+        if len(groups) > 1:  # one cluster per group: reports in a subfolder each
+            group_args = argparse.Namespace(
+                **{**vars(args), "report_dir": args.report_dir / group[-1]}
+            )
+        status = max(
+            status, _run(group_args, local_environment(group, controller_cmd=command), group, extra)
+        )
+    return status
+
+
+def local_groups(chosen: Sequence[str]) -> list[list[str]]:
+    """Profiles grouped by the local cluster they need (kwok nodes, or the real node)."""
+    kwok = [p for p in chosen if p != "real-node"]
+    return [g for g in (kwok, [p for p in chosen if p == "real-node"]) if g]
+
+
+def _run(
+    args: argparse.Namespace,
+    environment: contextlib.AbstractContextManager[Target],
+    chosen: Sequence[str],
+    extra: Sequence[str],
+) -> int:
     with environment as target:
         _log.info("running profiles %s against %s", ", ".join(chosen), target.implementation)
         return int(pytest.main(pytest_args(args, target, chosen, extra)))
