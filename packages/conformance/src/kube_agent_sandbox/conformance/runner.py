@@ -184,7 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         group_args = args
         if len(groups) > 1:  # one cluster per group: reports in a subfolder each
             group_args = argparse.Namespace(
-                **{**vars(args), "report_dir": args.report_dir / group[-1]}
+                **{
+                    **vars(args),
+                    "report_dir": args.report_dir
+                    / ("real-node" if group == ["real-node"] else "kwok"),
+                }
             )
         status = max(
             status, _run(group_args, local_environment(group, controller_cmd=command), group, extra)

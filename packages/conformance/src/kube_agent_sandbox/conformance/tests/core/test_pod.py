@@ -262,3 +262,51 @@ def test_pod_spec_changes_do_not_touch_the_running_pod(
         kube, namespace, "stable", lambda p: p["metadata"]["uid"] != pod["metadata"]["uid"]
     )
     assert replacement["spec"]["terminationGracePeriodSeconds"] == 3
+
+
+@pytest.mark.spec("3.3.1")
+def test_created_by_label_follows_the_sandbox(
+    kube: Kube, namespace: str, workload_image: str
+) -> None:
+    """Removing the Sandbox's ``created-by`` label removes it from the pod too."""
+    body = m.sandbox(
+        "origin",
+        labels={CREATED_BY_LABEL: "go-client"},
+        template=m.pod_template(image=workload_image),
+    )
+    kube.create(body, namespace=namespace)
+    pod = wait_pod(kube, namespace, "origin", lambda p: CREATED_BY_LABEL in m.labels_of(p))
+    kube.patch(
+        SANDBOX_API,
+        "Sandbox",
+        "origin",
+        namespace,
+        {"metadata": {"labels": {CREATED_BY_LABEL: None}}},
+    )
+    updated = wait_pod(kube, namespace, "origin", lambda p: CREATED_BY_LABEL not in m.labels_of(p))
+    assert updated["metadata"]["uid"] == pod["metadata"]["uid"]
+
+
+@pytest.mark.spec("3.3")
+def test_stale_pod_name_annotation_is_corrected(
+    kube: Kube, namespace: str, workload_image: str
+) -> None:
+    """A pod-name annotation naming a missing pod is cleared and set back to the real pod."""
+    create_sandbox(kube, namespace, "named", image=workload_image)
+    wait_ready(kube, namespace, "named")
+    kube.patch(
+        SANDBOX_API,
+        "Sandbox",
+        "named",
+        namespace,
+        {"metadata": {"annotations": {POD_NAME_ANNOTATION: "no-such-pod"}}},
+    )
+    sandbox = wait_sandbox(
+        kube,
+        namespace,
+        "named",
+        lambda s: m.annotations_of(s).get(POD_NAME_ANNOTATION) == "named",
+        what="pod-name annotation back to the owned pod",
+    )
+    assert m.has_condition(sandbox, "Ready", "True")
+    assert kube.get_or_none("v1", "Pod", "no-such-pod", namespace) is None
