@@ -236,3 +236,16 @@ def test_deleting_the_template_deletes_its_policy(
     wait_policy(kube, namespace, "doomed-network-policy")
     kube.delete(s.EXT_API, "SandboxTemplate", "doomed", namespace)
     kube.wait_gone(NP_API, "NetworkPolicy", "doomed-network-policy", namespace)
+
+
+@pytest.mark.spec("1.3")
+def test_template_policies_have_their_defaults(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """networkPolicyManagement Managed, envVarsInjectionPolicy and volumeClaimTemplatesPolicy
+    Disallowed when not given."""
+    template = s.create_template(kube, namespace, "tpl", image=settings.image)
+    assert template["spec"]["networkPolicyManagement"] == "Managed"
+    assert template["spec"]["envVarsInjectionPolicy"] == "Disallowed"
+    assert template["spec"]["volumeClaimTemplatesPolicy"] == "Disallowed"
+    assert "status" not in template

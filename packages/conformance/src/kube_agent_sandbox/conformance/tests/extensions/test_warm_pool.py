@@ -332,3 +332,209 @@ def test_printer_columns(kube: Kube, namespace: str, settings: Settings) -> None
     assert columns == ["Name", "Ready", "Desired", "Age"]
     (row,) = table["rows"]
     assert row["cells"][:3] == ["pool", 2, 2]
+
+
+@pytest.mark.spec("4.2.1")
+def test_scale_down_deletes_the_newest_member_first(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """Excess Ready members are deleted newest creationTimestamp first."""
+    s.create_template(kube, namespace, "tpl", image=settings.image)
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+    (oldest,) = s.wait_members(kube, namespace, "pool", 1)
+    # creationTimestamp has one-second resolution: make the next member strictly newer.
+    kube.consistently(lambda: True, seconds=1.5, what="a second passes")
+    kube.patch(s.EXT_API, "SandboxWarmPool", "pool", namespace, {"spec": {"replicas": 2}})
+    s.wait_members(kube, namespace, "pool", 2)
+    kube.patch(s.EXT_API, "SandboxWarmPool", "pool", namespace, {"spec": {"replicas": 1}})
+    (kept,) = s.wait_members(kube, namespace, "pool", 1)
+    assert kept["metadata"]["uid"] == oldest["metadata"]["uid"]
+
+
+@pytest.mark.spec("4.2.3")
+def test_a_member_without_launch_type_gets_it_back(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """A pool-owned member missing `launch-type: warm` is labelled again."""
+    s.create_template(kube, namespace, "tpl", image=settings.image)
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+    (member,) = s.wait_members(kube, namespace, "pool", 1)
+    name = member["metadata"]["name"]
+    kube.patch(
+        s.SANDBOX_API,
+        "Sandbox",
+        name,
+        namespace,
+        {"metadata": {"labels": {s.LAUNCH_TYPE_LABEL: None}}},
+    )
+    kube.wait_for(
+        s.SANDBOX_API,
+        "Sandbox",
+        name,
+        namespace,
+        lambda o: m.labels_of(o).get(s.LAUNCH_TYPE_LABEL) == "warm",
+        what="launch-type restored",
+    )
+    assert s.names(s.members(kube, namespace, "pool")) == {name}
+
+
+def orphan(name: str, pool: str, template: str, image: str, **container: object) -> Obj:
+    """A Sandbox without owner that carries a pool's label and a template's secure pod spec."""
+    sandbox = m.sandbox(
+        name,
+        labels={
+            s.WARM_POOL_LABEL: m.name_hash(pool),
+            s.TEMPLATE_REF_HASH_LABEL: m.name_hash(template),
+        },
+        template=m.pod_template(
+            containers=[m.container(image=image, **container)],
+            automountServiceAccountToken=False,
+            dnsPolicy="None",
+            dnsConfig={"nameservers": ["8.8.8.8", "1.1.1.1"]},
+        ),
+    )
+    return sandbox
+
+
+@pytest.mark.spec("4.2.3", "4.2.4")
+def test_a_matching_orphan_is_adopted(kube: Kube, namespace: str, settings: Settings) -> None:
+    """An unowned Sandbox with the pool's label and the template's spec joins the pool."""
+    s.create_template(kube, namespace, "tpl", image=settings.image)
+    kube.create(orphan("stray", "pool", "tpl", settings.image), namespace=namespace)
+    pool = s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+    adopted = kube.wait_for(
+        s.SANDBOX_API,
+        "Sandbox",
+        "stray",
+        namespace,
+        lambda o: m.controller_ref(o) is not None,
+        what="the orphan to be adopted",
+    )
+    assert adopted is not None
+    assert adopted["metadata"]["ownerReferences"] == [s.owner("SandboxWarmPool", pool)]
+    assert m.labels_of(adopted)[s.LAUNCH_TYPE_LABEL] == "warm"
+    kube.consistently(
+        lambda: s.names(s.members(kube, namespace, "pool")) == {"stray"},
+        seconds=2,
+        what="the adopted orphan fills the pool (no extra member)",
+    )
+
+
+@pytest.mark.spec("4.2.3", "4.2.4")
+def test_a_stale_orphan_is_deleted_and_replaced(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """An unowned Sandbox with the pool's label but another pod spec is deleted, not adopted."""
+    s.create_template(kube, namespace, "tpl", image=settings.image)
+    stale = orphan("stray", "pool", "tpl", settings.image, env=[{"name": "OTHER", "value": "spec"}])
+    kube.create(stale, namespace=namespace)
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+    kube.wait_gone(s.SANDBOX_API, "Sandbox", "stray", namespace)
+    (member,) = s.wait_members(kube, namespace, "pool", 1)
+    assert member["metadata"]["name"] != "stray"
+
+
+@pytest.mark.spec("4.2.3")
+def test_a_sandbox_controlled_by_another_object_is_not_a_member(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """A pool-labelled Sandbox controlled by something else is neither counted nor touched."""
+    s.create_template(kube, namespace, "tpl", image=settings.image)
+    holder = kube.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "holder"}},
+        namespace=namespace,
+    )
+    foreign = orphan("foreign", "pool", "tpl", settings.image)
+    foreign["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "holder",
+            "uid": holder["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    created = kube.create(foreign, namespace=namespace)
+    pool = s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+
+    def own_members() -> list[Obj]:
+        uid = pool["metadata"]["uid"]
+        return [
+            sb
+            for sb in s.members(kube, namespace, "pool")
+            if (m.controller_ref(sb) or {}).get("uid") == uid
+        ]
+
+    kube.wait_until(lambda: len(own_members()) == 1, what="the pool's own member")
+    status = wait_status(kube, namespace, "pool", replicas=1)
+    assert status["replicas"] == 1
+    still = s.get_sandbox(kube, namespace, "foreign")
+    assert still["metadata"]["ownerReferences"] == created["metadata"]["ownerReferences"]
+    assert s.LAUNCH_TYPE_LABEL not in m.labels_of(still)
+
+
+@pytest.mark.spec("4.2.1", "4.2.3")
+def test_members_stay_when_the_template_is_deleted(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """A missing template is not an error: no staleness deletes, the status is still written."""
+    s.create_template(kube, namespace, "tpl", image=settings.image)
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=2, strategy="Recreate")
+    before = s.names(s.wait_members(kube, namespace, "pool", 2))
+    kube.delete(s.EXT_API, "SandboxTemplate", "tpl", namespace)
+    kube.wait_gone(s.EXT_API, "SandboxTemplate", "tpl", namespace)
+    kube.consistently(
+        lambda: s.names(s.members(kube, namespace, "pool")) == before,
+        seconds=3,
+        what="members survive their template's deletion",
+    )
+    scaled = kube.patch(s.EXT_API, "SandboxWarmPool", "pool", namespace, {"spec": {"replicas": 3}})
+    wait_status(
+        kube, namespace, "pool", replicas=2, observedGeneration=scaled["metadata"]["generation"]
+    )
+    assert s.names(s.members(kube, namespace, "pool")) == before
+
+
+@pytest.mark.spec("4")
+@pytest.mark.parametrize(
+    ("template_spec", "pod_extra", "expected"),
+    [
+        pytest.param(
+            {"networkPolicy": {"egress": []}},
+            {},
+            {"automountServiceAccountToken": False},
+            id="custom-network-policy",
+        ),
+        pytest.param(
+            {"networkPolicyManagement": "Unmanaged"},
+            {},
+            {"automountServiceAccountToken": False},
+            id="unmanaged",
+        ),
+        pytest.param(
+            {},
+            {"automountServiceAccountToken": True, "dnsPolicy": "ClusterFirst"},
+            {"automountServiceAccountToken": True, "dnsPolicy": "ClusterFirst"},
+            id="explicit-values-kept",
+        ),
+    ],
+)
+def test_secure_defaults_leave_dns_alone_unless_the_default_policy_applies(
+    kube: Kube,
+    namespace: str,
+    settings: Settings,
+    template_spec: Obj,
+    pod_extra: Obj,
+    expected: Obj,
+) -> None:
+    """Token automount off unless set; DNS rewritten only under the default NetworkPolicy."""
+    template = m.pod_template(image=settings.image, **pod_extra)
+    kube.create(
+        m.extension_object("SandboxTemplate", "tpl", podTemplate=template, **template_spec),
+        namespace=namespace,
+    )
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+    (member,) = s.wait_members(kube, namespace, "pool", 1, ready=False)
+    spec = s.pod_spec(member)
+    for key in ("automountServiceAccountToken", "dnsPolicy", "dnsConfig"):
+        assert spec.get(key) == expected.get(key), key
