@@ -142,3 +142,23 @@ def test_pytest_arguments_select_profiles_and_reports(tmp_path: Path) -> None:
 def test_unknown_profile_is_refused() -> None:
     with pytest.raises(SystemExit):
         runner.parse_args(["--profile", "bogus"])
+
+
+def test_real_node_against_an_installed_cluster_defaults_to_a_shell_image() -> None:
+    args, extra = runner.parse_args(["--kubeconfig", "/k", "--profile", "real-node"])
+    target = runner.Target(kubeconfig=Path("/k"), implementation="installed")
+    argv = runner.pytest_args(args, target, ["real-node"], extra)
+    assert f"--conformance-image={runner.REAL_NODE_IMAGE}" in argv
+    kwok_only = runner.pytest_args(args, target, ["core"], extra)
+    assert not any(a.startswith("--conformance-image") for a in kwok_only)
+    args, extra = runner.parse_args(["--image", "mine:1"])
+    assert "--conformance-image=mine:1" in runner.pytest_args(args, target, ["core"], extra)
+
+
+def test_local_groups_split_real_node_from_kwok_profiles() -> None:
+    assert runner.local_groups(["core", "extensions", "real-node"]) == [
+        ["core", "extensions"],
+        ["real-node"],
+    ]
+    assert runner.local_groups(["core"]) == [["core"]]
+    assert runner.local_groups(["real-node"]) == [["real-node"]]

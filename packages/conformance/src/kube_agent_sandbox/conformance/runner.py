@@ -26,6 +26,8 @@ PROFILES = ("core", "extensions", "real-node", "all")
 MARKERS = {"core": "core", "extensions": "extensions", "real-node": "real_node"}
 TESTS_DIR = Path(__file__).parent / "tests"
 DEFAULT_REPORT_DIR = Path("conformance-results")
+# Real-node tests run shell scripts and python3; kwok nodes ignore the image.
+REAL_NODE_IMAGE = "python:3.12-slim"
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         type=Path,
         default=DEFAULT_REPORT_DIR,
         help=f"where reports go (default: {DEFAULT_REPORT_DIR}/)",
+    )
+    parser.add_argument(
+        "--image",
+        default=None,
+        help="container image of the sandboxes (default: pause for kwok profiles; with "
+        f"--kubeconfig and the real-node profile {REAL_NODE_IMAGE}; locally the node's image)",
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds each wait lasts (default: 60)"
@@ -143,8 +151,11 @@ def pytest_args(
     ]
     if target.kubeconfig is not None:
         command.append(f"--kubeconfig={target.kubeconfig}")
-    if target.image:
-        command.append(f"--conformance-image={target.image}")
+    image = args.image or target.image
+    if image is None and "real-node" in chosen and target.kubeconfig is not None:
+        image = REAL_NODE_IMAGE
+    if image:
+        command.append(f"--conformance-image={image}")
     return [*command, *extra]
 
 
