@@ -10,6 +10,7 @@ is deleted, a foreign one kept.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ NP_API = "networking.k8s.io/v1"
 FIRST_READY_ANNOTATION = "agents.x-k8s.io/claim-first-ready-at"
 
 
-def bound_claim(kube: Kube, namespace: str, settings: Settings, **spec: object) -> Obj:
+def bound_claim(kube: Kube, namespace: str, settings: Settings, **spec: Any) -> Obj:
     """Template ``tpl``, empty pool ``pool`` and a Ready (cold) claim ``claim``."""
     s.create_template(kube, namespace, "tpl", image=settings.image, labels={"app": "x"})
     s.create_pool(kube, namespace, "pool", "tpl", replicas=0)

@@ -10,6 +10,7 @@ under `Recreate` and only on replenishment under `OnReplenish` (§4.2.3).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -378,7 +379,7 @@ def test_a_member_without_launch_type_gets_it_back(
     assert s.names(s.members(kube, namespace, "pool")) == {name}
 
 
-def orphan(name: str, pool: str, template: str, image: str, **container: object) -> Obj:
+def orphan(name: str, pool: str, template: str, image: str, **container: Any) -> Obj:
     """A Sandbox without owner that carries a pool's label and a template's secure pod spec."""
     sandbox = m.sandbox(
         name,
