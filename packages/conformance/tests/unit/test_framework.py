@@ -162,3 +162,19 @@ def test_local_groups_split_real_node_from_kwok_profiles() -> None:
     ]
     assert runner.local_groups(["core"]) == [["core"]]
     assert runner.local_groups(["real-node"]) == [["real-node"]]
+
+
+def test_report_is_embedded_below_the_docs_marker(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n\nIntro.\n\n{report.DOCS_MARKER}\n\nold report\n")
+    summary = report.Collector().summary(implementation="impl", cluster_version="v1")
+    report.embed_in_page(summary, page)
+    report.embed_in_page(summary, page)  # idempotent
+    text = page.read_text()
+    assert text.startswith("# Title\n\nIntro.\n\n")
+    assert "old report" not in text
+    assert text.count(report.DOCS_MARKER) == 1
+    assert "- Implementation: `impl`" in text
+    page.write_text("no marker")
+    with pytest.raises(ValueError, match="no <!-- conformance-report --> line"):
+        report.embed_in_page(summary, page)

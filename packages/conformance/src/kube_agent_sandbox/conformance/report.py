@@ -115,12 +115,22 @@ def write_json(summary: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(summary, indent=2) + "\n")
 
 
-def markdown(summary: dict[str, Any]) -> str:
-    """The summary as a markdown document (header facts, per-section table, failures)."""
+DOCS_MARKER = "<!-- conformance-report -->"
+
+
+def markdown(summary: dict[str, Any], *, title: str = "# Agent Sandbox conformance results") -> str:
+    """The summary as a markdown document (header facts, per-section table, failures).
+
+    Args:
+        summary: What :meth:`Collector.summary` returned.
+        title: First line (empty for none).
+
+    Returns:
+        The markdown text.
+    """
     totals = summary["totals"]
     lines = [
-        "# Agent Sandbox conformance results",
-        "",
+        *([title, ""] if title else []),
         f"- Implementation: `{summary['implementation']}`",
         f"- Cluster version: `{summary['cluster_version']}`",
         f"- Run: {summary['timestamp']}",
@@ -138,7 +148,7 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
     not_passed = [t for t in summary["tests"] if t["outcome"] in ("failed", "xfailed")]
     if not_passed:
-        lines += ["", "## Not passed", "", "| Test | Outcome | Message |", "|---|---|---|"]
+        lines += ["", "Not passed:", "", "| Test | Outcome | Message |", "|---|---|---|"]
         for test in not_passed:
             message = test.get("message", "").replace("|", "\\|")
             lines.append(f"| `{test['nodeid']}` | {test['outcome']} | {message} |")
@@ -149,3 +159,16 @@ def write_markdown(summary: dict[str, Any], path: Path) -> None:
     """Write :func:`markdown` to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(markdown(summary))
+
+
+def embed_in_page(summary: dict[str, Any], page: Path) -> None:
+    """Replace what follows :data:`DOCS_MARKER` in a docs page with the summary's table.
+
+    Raises:
+        ValueError: If the page has no marker line.
+    """
+    text = page.read_text()
+    if DOCS_MARKER not in text:
+        raise ValueError(f"{page} has no {DOCS_MARKER} line")
+    head = text.split(DOCS_MARKER, 1)[0]
+    page.write_text(f"{head}{DOCS_MARKER}\n\n{markdown(summary, title='')}")

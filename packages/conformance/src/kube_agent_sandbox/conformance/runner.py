@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from kube_agent_sandbox.conformance import report
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +88,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         default=None,
         help="container image of the sandboxes (default: pause for kwok profiles; with "
         f"--kubeconfig and the real-node profile {REAL_NODE_IMAGE}; locally the node's image)",
+    )
+    parser.add_argument(
+        "--update-docs",
+        type=Path,
+        default=None,
+        metavar="PAGE",
+        help="put the markdown summary into PAGE below its '<!-- conformance-report -->' line",
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds each wait lasts (default: 60)"
@@ -185,8 +195,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log.error("--controller-cmd runs against the local cluster; drop --kubeconfig")
             return 2
         return _run(args, installed(args.kubeconfig), chosen, extra)
-    # Only here: the local environments need the project's test harness.
-    from kube_agent_sandbox.conformance.local import environment as local_environment
+    try:  # only here: the local environments need the project's test harness
+        from kube_agent_sandbox.conformance.local import environment as local_environment
+    except ImportError as err:
+        _log.error(
+            "without --kubeconfig the runner starts the local cluster, which needs the "
+            "project's test harness (kube-agent-sandbox-testing, a repository checkout): %s",
+            err,
+        )
+        return 2
 
     command = shlex.split(args.controller_cmd) if args.controller_cmd else None
     groups = local_groups(chosen)
@@ -201,9 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     / ("real-node" if group == ["real-node"] else "kwok"),
                 }
             )
-        status = max(
-            status, _run(group_args, local_environment(group, controller_cmd=command), group, extra)
-        )
+        try:
+            environment = local_environment(group, controller_cmd=command)
+            status = max(status, _run(group_args, environment, group, extra))
+        except (FileNotFoundError, ValueError) as err:
+            _log.error("%s", err)
+            return 2
     return status
 
 
@@ -221,7 +241,12 @@ def _run(
 ) -> int:
     with environment as target:
         _log.info("running profiles %s against %s", ", ".join(chosen), target.implementation)
-        return int(pytest.main(pytest_args(args, target, chosen, extra)))
+        status = int(pytest.main(pytest_args(args, target, chosen, extra)))
+    summary_file = args.report_dir / "summary.json"
+    if args.update_docs is not None and summary_file.is_file():
+        report.embed_in_page(json.loads(summary_file.read_text()), args.update_docs)
+        _log.info("report written into %s", args.update_docs)
+    return status
 
 
 if __name__ == "__main__":

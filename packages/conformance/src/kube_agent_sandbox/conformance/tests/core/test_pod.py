@@ -218,7 +218,8 @@ def test_deleted_pod_is_replaced_with_the_same_name(
     """A pod deleted while Running is recreated under the same name; Ready returns."""
     create_sandbox(kube, namespace, "phoenix", image=workload_image)
     first = wait_pod(kube, namespace, "phoenix", lambda p: True)
-    wait_ready(kube, namespace, "phoenix")
+    before = m.condition(wait_ready(kube, namespace, "phoenix"), "Suspended")
+    assert before is not None
     kube.delete("v1", "Pod", "phoenix", namespace, grace_period_seconds=0)
     second = wait_pod(
         kube, namespace, "phoenix", lambda p: p["metadata"]["uid"] != first["metadata"]["uid"]
@@ -229,6 +230,8 @@ def test_deleted_pod_is_replaced_with_the_same_name(
     suspended = m.condition(sandbox, "Suspended")
     assert suspended is not None
     assert (suspended["status"], suspended["reason"]) == ("False", "NotSuspended")
+    # §3.7: LTT moves only on a status flip; a lost pod does not flip Suspended.
+    assert suspended["lastTransitionTime"] == before["lastTransitionTime"]
 
 
 @pytest.mark.spec("3.3")
