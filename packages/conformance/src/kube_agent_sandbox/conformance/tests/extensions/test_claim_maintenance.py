@@ -226,41 +226,49 @@ def test_an_assignment_to_another_claims_sandbox_is_cleared(
     assert theirs["metadata"]["ownerReferences"] == [s.owner("SandboxClaim", first)]
 
 
+def legacy_policy(name: str, owner: Obj | None = None) -> Obj:
+    """A NetworkPolicy ``<name>-network-policy`` as old upstream versions made per claim."""
+    metadata: Obj = {"name": f"{name}-network-policy"}
+    if owner is not None:
+        metadata["ownerReferences"] = [s.owner("SandboxClaim", owner)]
+    return {
+        "apiVersion": NP_API,
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    }
+
+
 @pytest.mark.spec("4.3.1", "2.6")
-def test_legacy_claim_network_policy_is_deleted_only_when_controlled(
+def test_a_foreign_legacy_claim_network_policy_is_kept(
     kube: Kube, namespace: str, settings: Settings
 ) -> None:
-    """`<claim>-network-policy` controlled by the claim goes; a foreign same-name one stays."""
+    """A `<claim>-network-policy` the claim does not control survives the claim's reconciles."""
     s.create_template(kube, namespace, "tpl", image=settings.image)
     s.create_pool(kube, namespace, "pool", "tpl", replicas=0)
-    spec = {"podSelector": {}, "policyTypes": ["Ingress"]}
-    owned_claim = s.create_claim(kube, namespace, "owned", "pool")
-    kube.create(
-        {
-            "apiVersion": NP_API,
-            "kind": "NetworkPolicy",
-            "metadata": {
-                "name": "owned-network-policy",
-                "ownerReferences": [s.owner("SandboxClaim", owned_claim)],
-            },
-            "spec": spec,
-        },
-        namespace=namespace,
-    )
-    kube.create(
-        {
-            "apiVersion": NP_API,
-            "kind": "NetworkPolicy",
-            "metadata": {"name": "kept-network-policy"},
-            "spec": spec,
-        },
-        namespace=namespace,
-    )
+    kept = kube.create(legacy_policy("kept"), namespace=namespace)
     s.create_claim(kube, namespace, "kept", "pool")
-    # Poke the first claim so it is reconciled after its policy exists.
-    kube.patch(
-        s.EXT_API, "SandboxClaim", "owned", namespace, {"metadata": {"labels": {"poke": "1"}}}
-    )
-    kube.wait_gone(NP_API, "NetworkPolicy", "owned-network-policy", namespace)
     s.wait_claim(kube, namespace, "kept", status="True")
-    assert kube.get_or_none(NP_API, "NetworkPolicy", "kept-network-policy", namespace) is not None
+    still = kube.get(NP_API, "NetworkPolicy", "kept-network-policy", namespace)
+    assert still["metadata"]["uid"] == kept["metadata"]["uid"]
+
+
+@pytest.mark.spec("4.3.1", "2.6")
+@pytest.mark.xfail(
+    strict=True,
+    reason="agent-sandbox-controller (this project) looks for the legacy policy only on a "
+    "claim's first reconcile per process (extensions/claim/reconciler.py, _np_checked); the "
+    "spec deletes it on every reconcile",
+)
+def test_a_legacy_claim_network_policy_controlled_by_the_claim_is_deleted(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """Every reconcile deletes `<claim>-network-policy` when the claim is its controller."""
+    s.create_template(kube, namespace, "tpl", image=settings.image)
+    claim = s.create_claim(kube, namespace, "owned", "later")
+    # The claim has been reconciled (it waits for its pool) before its legacy policy exists.
+    s.wait_claim(kube, namespace, "owned", status="False", reason="WarmPoolNotFound")
+    kube.create(legacy_policy("owned", claim), namespace=namespace)
+    s.create_pool(kube, namespace, "later", "tpl", replicas=0)  # reconciles the claim again
+    s.wait_claim(kube, namespace, "owned", status="True")
+    kube.wait_gone(NP_API, "NetworkPolicy", "owned-network-policy", namespace, timeout=10)
