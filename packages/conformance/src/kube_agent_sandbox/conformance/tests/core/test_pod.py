@@ -225,8 +225,16 @@ def test_deleted_pod_is_replaced_with_the_same_name(
         kube, namespace, "phoenix", lambda p: p["metadata"]["uid"] != first["metadata"]["uid"]
     )
     assert m.controller_ref(second) == m.controller_ref(first)
-    sandbox = wait_ready(kube, namespace, "phoenix")
-    assert m.annotations_of(sandbox)[POD_NAME_ANNOTATION] == "phoenix"
+    sandbox = wait_sandbox(
+        kube,
+        namespace,
+        "phoenix",
+        lambda s: (
+            m.has_condition(s, "Ready", "True", "DependenciesReady")
+            and m.annotations_of(s).get(POD_NAME_ANNOTATION) == "phoenix"
+        ),
+        what="Ready again, pod-name annotation set again",
+    )
     suspended = m.condition(sandbox, "Suspended")
     assert suspended is not None
     assert (suspended["status"], suspended["reason"]) == ("False", "NotSuspended")

@@ -103,19 +103,19 @@ def test_two_owned_pods_fail_closed(kube: Kube, namespace: str, workload_image: 
 def test_owned_pod_with_another_name_is_used(
     kube: Kube, namespace: str, workload_image: str
 ) -> None:
-    """The one owned pod wins over the Sandbox's name: no second pod, annotation follows it."""
-    created = create_sandbox(
-        kube, namespace, "alias", image=workload_image, operatingMode="Suspended"
-    )
+    """The one owned pod wins over the Sandbox's name: no new pod, the annotation follows it."""
+    created = create_sandbox(kube, namespace, "alias", image=workload_image)
+    wait_ready(kube, namespace, "alias")
+    kube.create(_owned_pod("alias-renamed", created, workload_image), namespace=namespace)
     wait_sandbox(
         kube,
         namespace,
         "alias",
-        lambda s: m.has_condition(s, "Suspended", "True", "PodTerminated"),
-        what="suspended",
+        lambda s: m.has_condition(s, "Ready", "False", "MultiplePods"),
+        what="MultiplePods",
     )
-    kube.create(_owned_pod("alias-renamed", created, workload_image), namespace=namespace)
-    kube.patch(SANDBOX_API, "Sandbox", "alias", namespace, {"spec": {"operatingMode": "Running"}})
+    # Now the tracked pod (named like the Sandbox) goes away: one owned pod is left.
+    kube.delete("v1", "Pod", "alias", namespace, grace_period_seconds=0)
     sandbox = wait_sandbox(
         kube,
         namespace,
@@ -128,9 +128,10 @@ def test_owned_pod_with_another_name_is_used(
     )
     pod = kube.get("v1", "Pod", "alias-renamed", namespace)
     assert sandbox["status"]["podIPs"] == [ip["ip"] for ip in pod["status"]["podIPs"]]
+    kube.wait_gone("v1", "Pod", "alias", namespace)
     kube.consistently(
         lambda: kube.get_or_none("v1", "Pod", "alias", namespace) is None,
-        seconds=2,
+        seconds=3,
         what="no pod named after the Sandbox is created",
     )
 
