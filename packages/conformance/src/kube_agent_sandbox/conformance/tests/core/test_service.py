@@ -150,3 +150,68 @@ def test_service_drift_is_repaired(kube: Kube, namespace: str, workload_image: s
         what="Service selector and label repaired",
     )
     assert healed is not None
+
+
+@pytest.mark.spec("3.5", "3.7")
+def test_owned_service_is_kept_when_service_is_unset(
+    kube: Kube, namespace: str, workload_image: str
+) -> None:
+    """``service`` removed (nil, not false): the owned Service stays and Ready still needs it."""
+    create_sandbox(kube, namespace, "legacy", image=workload_image, service=True)
+    wait_sandbox(
+        kube,
+        namespace,
+        "legacy",
+        lambda s: bool(s.get("status", {}).get("service")),
+        what="service",
+    )
+    service = kube.get("v1", "Service", "legacy", namespace)
+    patched = kube.patch(SANDBOX_API, "Sandbox", "legacy", namespace, {"spec": {"service": None}})
+    assert "service" not in patched["spec"]
+    generation = patched["metadata"]["generation"]
+    sandbox = wait_sandbox(
+        kube,
+        namespace,
+        "legacy",
+        lambda s: (
+            all(c.get("observedGeneration") == generation for c in m.conditions(s))
+            and m.has_condition(s, "Ready", "True")
+        ),
+        what=f"reconciled at generation {generation}",
+    )
+    ready = m.condition(sandbox, "Ready")
+    assert ready is not None
+    assert ready["message"] == "Pod is Ready; Service Exists"
+    assert sandbox["status"]["service"] == "legacy"
+    kept = kube.get("v1", "Service", "legacy", namespace)
+    assert kept["metadata"]["uid"] == service["metadata"]["uid"]
+
+
+@pytest.mark.spec("3.5", "3.7")
+def test_unowned_service_without_authorization_is_refused(
+    kube: Kube, namespace: str, workload_image: str
+) -> None:
+    """``service: true`` next to an unowned Service lacking the labels: error, no adoption."""
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "private"},
+            "spec": {"clusterIP": "None", "selector": {"app": "x"}},
+        },
+        namespace=namespace,
+    )
+    create_sandbox(kube, namespace, "private", image=workload_image, service=True)
+    sandbox = wait_sandbox(
+        kube,
+        namespace,
+        "private",
+        lambda s: m.has_condition(s, "Ready", "False", "ReconcilerError"),
+        what="Ready False / ReconcilerError",
+    )
+    ready = m.condition(sandbox, "Ready")
+    assert ready is not None
+    assert ready["message"].startswith('Error seen: cannot adopt unowned service "private"'), ready
+    service = kube.get("v1", "Service", "private", namespace)
+    assert not service["metadata"].get("ownerReferences")
+    assert service["spec"]["selector"] == {"app": "x"}
