@@ -227,3 +227,42 @@ def test_ttl_after_finished_deletes_the_claim(
     )
     kube.wait_gone(EXT_API, "SandboxClaim", "job", namespace)
     kube.wait_gone(w.SANDBOX_API, "Sandbox", "job", namespace)
+
+
+@pytest.mark.spec("4.3.7", "4.3.6")
+def test_ttl_with_retain_keeps_the_claim_and_its_finished_condition(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """Retain: after the TTL the Sandbox goes, the claim stays expired and keeps Finished."""
+    finishing_claim_setup(kube, namespace, settings)
+    kube.create(
+        m.extension_object(
+            "SandboxClaim",
+            "job",
+            warmPoolRef={"name": "pool"},
+            lifecycle={"ttlSecondsAfterFinished": 1},
+        ),
+        namespace=namespace,
+    )
+    kube.wait_for(
+        EXT_API,
+        "SandboxClaim",
+        "job",
+        namespace,
+        lambda o: m.has_condition(o, "Ready", "False", "ClaimExpired"),
+        what="the claim to expire",
+    )
+    kube.wait_gone(w.SANDBOX_API, "Sandbox", "job", namespace)
+    claim = kube.get(EXT_API, "SandboxClaim", "job", namespace)
+    assert claim["spec"]["lifecycle"]["shutdownPolicy"] == "Retain"
+    ready = m.condition(claim, "Ready")
+    assert ready is not None
+    assert ready["message"] == "Claim expired. Sandbox cleanup initiated."
+    assert m.has_condition(claim, "Finished", "True", "PodSucceeded")
+    kube.consistently(
+        lambda: m.has_condition(
+            kube.get_or_none(EXT_API, "SandboxClaim", "job", namespace), "Finished", "True"
+        ),
+        seconds=2,
+        what="the retained claim keeps Finished",
+    )
