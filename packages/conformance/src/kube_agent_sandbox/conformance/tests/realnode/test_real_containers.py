@@ -12,7 +12,6 @@ import pytest
 
 from kube_agent_sandbox.conformance import manifests as m
 from kube_agent_sandbox.conformance.client import Kube, Obj
-from kube_agent_sandbox.conformance.plugin import Settings
 from kube_agent_sandbox.conformance.tests.realnode import workloads as w
 
 EXT_API = "extensions.agents.x-k8s.io/v1beta1"
@@ -39,7 +38,7 @@ def wait_ready(
 
 @pytest.mark.spec("3.7")
 def test_readiness_comes_from_the_exec_probe(
-    kube: Kube, namespace: str, settings: Settings
+    kube: Kube, namespace: str, workload_image: str
 ) -> None:
     """Running but probe failing: DependenciesNotReady; once the probe passes: DependenciesReady."""
     probe = {
@@ -49,7 +48,7 @@ def test_readiness_comes_from_the_exec_probe(
     }
     script = f"sleep {PROBE_DELAY}; touch /tmp/ready; {w.SLEEP_FOREVER}"
     kube.create(
-        w.running_sandbox("probe", settings.image, script, readinessProbe=probe),
+        w.running_sandbox("probe", workload_image, script, readinessProbe=probe),
         namespace=namespace,
     )
     waiting = wait_ready(
@@ -72,12 +71,12 @@ def test_readiness_comes_from_the_exec_probe(
     ids=["exit-0", "exit-1"],
 )
 def test_a_container_that_exits_finishes_the_sandbox(
-    kube: Kube, namespace: str, settings: Settings, code: int, reason: str, message: str
+    kube: Kube, namespace: str, workload_image: str, code: int, reason: str, message: str
 ) -> None:
     """Finished True with the pod's outcome, Ready False with the same reason and message."""
     name = f"exits-{code}"
     kube.create(
-        w.running_sandbox(name, settings.image, f"echo done; exit {code}", restart_policy="Never"),
+        w.running_sandbox(name, workload_image, f"echo done; exit {code}", restart_policy="Never"),
         namespace=namespace,
     )
     finished = kube.wait_for(
@@ -107,7 +106,7 @@ def test_a_container_that_exits_finishes_the_sandbox(
 
 @pytest.mark.spec("3.4", "3.8")
 def test_data_on_the_volume_survives_suspend_and_resume(
-    kube: Kube, namespace: str, settings: Settings
+    kube: Kube, namespace: str, workload_image: str
 ) -> None:
     """The PVC outlives the suspended pod; the resumed pod finds what the first one wrote."""
     script = (
@@ -117,7 +116,7 @@ def test_data_on_the_volume_survives_suspend_and_resume(
     )
     manifest = w.running_sandbox(
         "keeper",
-        settings.image,
+        workload_image,
         script,
         volumes=[m.volume_claim_template("data", storage="64Mi")],
         env=[{"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
@@ -156,9 +155,9 @@ def test_data_on_the_volume_survives_suspend_and_resume(
     w.wait_log(kube, namespace, "keeper", f"found {first_uid}")
 
 
-def finishing_claim_setup(kube: Kube, namespace: str, settings: Settings) -> None:
+def finishing_claim_setup(kube: Kube, namespace: str, image: str) -> None:
     """A template whose container exits 0, and an empty pool on it."""
-    main = w.shell_container("echo done; exit 0", image=settings.image)
+    main = w.shell_container("echo done; exit 0", image=image)
     template = m.pod_template(containers=[main], restartPolicy="Never")
     kube.create(
         m.extension_object("SandboxTemplate", "tpl", podTemplate=template), namespace=namespace
@@ -173,10 +172,10 @@ def finishing_claim_setup(kube: Kube, namespace: str, settings: Settings) -> Non
 
 @pytest.mark.spec("4.3.6", "4.3.1")
 def test_claim_mirrors_the_finished_condition(
-    kube: Kube, namespace: str, settings: Settings
+    kube: Kube, namespace: str, workload_image: str
 ) -> None:
     """The claim copies the Sandbox's Finished verbatim; its conditions are sorted by type."""
-    finishing_claim_setup(kube, namespace, settings)
+    finishing_claim_setup(kube, namespace, workload_image)
     kube.create(
         m.extension_object("SandboxClaim", "job", warmPoolRef={"name": "pool"}),
         namespace=namespace,
@@ -204,10 +203,10 @@ def test_claim_mirrors_the_finished_condition(
 
 @pytest.mark.spec("4.3.7", "4.3.1")
 def test_ttl_after_finished_deletes_the_claim(
-    kube: Kube, namespace: str, settings: Settings
+    kube: Kube, namespace: str, workload_image: str
 ) -> None:
     """ttlSecondsAfterFinished counts from Finished; with Delete the claim and Sandbox go."""
-    finishing_claim_setup(kube, namespace, settings)
+    finishing_claim_setup(kube, namespace, workload_image)
     kube.create(
         m.extension_object(
             "SandboxClaim",
@@ -231,10 +230,10 @@ def test_ttl_after_finished_deletes_the_claim(
 
 @pytest.mark.spec("4.3.7", "4.3.6")
 def test_ttl_with_retain_keeps_the_claim_and_its_finished_condition(
-    kube: Kube, namespace: str, settings: Settings
+    kube: Kube, namespace: str, workload_image: str
 ) -> None:
     """Retain: after the TTL the Sandbox goes, the claim stays expired and keeps Finished."""
-    finishing_claim_setup(kube, namespace, settings)
+    finishing_claim_setup(kube, namespace, workload_image)
     kube.create(
         m.extension_object(
             "SandboxClaim",

@@ -52,13 +52,6 @@ def running_sandbox(
     return m.sandbox(name, template=template, **spec)
 
 
-def pod_log(kube: Kube, namespace: str, pod: str) -> str:
-    """The current log of the pod's container (``pods/<name>/log``)."""
-    response = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", accept="*/*")
-    body = response.body
-    return body if isinstance(body, str) else str(body if body is not None else "")
-
-
 def wait_log(
     kube: Kube, namespace: str, pod: str, fragment: str, *, timeout: float | None = None
 ) -> str:
@@ -67,7 +60,7 @@ def wait_log(
 
     def probe() -> str | None:
         try:
-            last[0] = pod_log(kube, namespace, pod)
+            last[0] = kube.pod_log(pod, namespace)
         except ApiError:  # the container has not started yet
             return None
         return last[0] if fragment in last[0] else None
