@@ -127,3 +127,42 @@ def test_a_claim_created_expired_never_gets_a_sandbox(
         seconds=2,
         what="no Sandbox for an expired claim",
     )
+
+
+HOLD = "conformance.agents.x-k8s.io/hold"
+"""A finalizer of the test's own that keeps the Sandbox visible while it is being deleted."""
+
+
+@pytest.mark.spec("4.3.7", "4.3.1")
+@pytest.mark.parametrize(("policy", "claim_waits"), [("Delete", False), ("DeleteForeground", True)])
+def test_foreground_deletion_keeps_the_claim_until_the_sandbox_is_gone(
+    kube: Kube, namespace: str, settings: Settings, policy: str, claim_waits: bool
+) -> None:
+    """DeleteForeground: the claim stays (deletionTimestamp set) while its Sandbox lives on;
+    Delete: the claim goes at once."""
+    setup_claim(kube, namespace, settings)
+    kube.patch(s.SANDBOX_API, "Sandbox", "claim", namespace, {"metadata": {"finalizers": [HOLD]}})
+    try:
+        expire(kube, namespace, policy)
+        kube.wait_for(
+            s.SANDBOX_API,
+            "Sandbox",
+            "claim",
+            namespace,
+            lambda o: o is not None and s.deleting(o),
+            what="the Sandbox to be deleting",
+        )
+        if claim_waits:
+            claim = kube.get(s.EXT_API, "SandboxClaim", "claim", namespace)
+            assert s.deleting(claim)
+            kube.consistently(
+                lambda: kube.get_or_none(s.EXT_API, "SandboxClaim", "claim", namespace) is not None,
+                seconds=2,
+                what="the claim waits for its Sandbox",
+            )
+        else:
+            kube.wait_gone(s.EXT_API, "SandboxClaim", "claim", namespace)
+    finally:
+        kube.patch(s.SANDBOX_API, "Sandbox", "claim", namespace, {"metadata": {"finalizers": None}})
+    kube.wait_gone(s.SANDBOX_API, "Sandbox", "claim", namespace)
+    kube.wait_gone(s.EXT_API, "SandboxClaim", "claim", namespace)

@@ -272,3 +272,38 @@ def test_a_legacy_claim_network_policy_controlled_by_the_claim_is_deleted(
     s.create_pool(kube, namespace, "later", "tpl", replicas=0)  # reconciles the claim again
     s.wait_claim(kube, namespace, "owned", status="True")
     kube.wait_gone(NP_API, "NetworkPolicy", "owned-network-policy", namespace, timeout=10)
+
+
+@pytest.mark.spec("4.3.3", "2.1")
+def test_created_by_follows_the_claim(kube: Kube, namespace: str, settings: Settings) -> None:
+    """The claim's `created-by` label is copied to the bound Sandbox, and removed with it."""
+    bound_claim(kube, namespace, settings)
+
+    def created_by(value: str | None) -> None:
+        def check(obj: Obj | None) -> bool:
+            if obj is None:
+                return False
+            on_sandbox = m.labels_of(obj).get(s.CREATED_BY_LABEL)
+            on_pod = (s.pod_metadata(obj).get("labels") or {}).get(s.CREATED_BY_LABEL)
+            return on_sandbox == value and on_pod == value
+
+        kube.wait_for(
+            s.SANDBOX_API, "Sandbox", "claim", namespace, check, what=f"created-by {value}"
+        )
+
+    kube.patch(
+        s.EXT_API,
+        "SandboxClaim",
+        "claim",
+        namespace,
+        {"metadata": {"labels": {s.CREATED_BY_LABEL: "python-client"}}},
+    )
+    created_by("python-client")
+    kube.patch(
+        s.EXT_API,
+        "SandboxClaim",
+        "claim",
+        namespace,
+        {"metadata": {"labels": {s.CREATED_BY_LABEL: None}}},
+    )
+    created_by(None)

@@ -15,7 +15,7 @@ from kube_agent_sandbox.conformance.client import Kube, Obj
 from kube_agent_sandbox.conformance.tests.realnode import workloads as w
 
 EXT_API = "extensions.agents.x-k8s.io/v1beta1"
-PROBE_DELAY = 8
+PROBE_DELAY = 15
 """Seconds the container runs before its readiness probe can pass."""
 
 
