@@ -27,6 +27,7 @@ nox.options.sessions = [
     "integration",
     "conformance",
     "e2e",
+    "conformance-real-node",
 ]
 nox.options.error_on_missing_interpreters = True
 
@@ -131,6 +132,25 @@ def conformance(session: nox.Session) -> None:
         build = ["--with-node"] if real_node else []
         _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", *build)
     _uv_run(session, "agent-sandbox-conformance", *session.posargs)
+
+
+@nox.session(name="conformance-real-node")
+def conformance_real_node(session: nox.Session) -> None:
+    """The conformance suite's real-node profile (root; reports in conformance-results/real-node).
+
+    The real-node cluster with our controller deployed into it, as the e2e suite runs.
+    """
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-node")
+    _uv_run(
+        session,
+        "agent-sandbox-conformance",
+        "--profile",
+        "real-node",
+        "--report-dir",
+        "conformance-results/real-node",
+        *session.posargs,
+    )
 
 
 @nox.session
