@@ -313,3 +313,33 @@ def test_printer_columns(kube: Kube, namespace: str, settings: Settings) -> None
     assert columns == ["Name", "Ready", "Sandbox", "Reason", "Age"]
     (row,) = table["rows"]
     assert row["cells"][:4] == ["claim", "True", "claim", "DependenciesReady"]
+
+
+@pytest.mark.spec("delta-5.4", "4.3.5")
+def test_members_without_pod_ips_are_not_adopted(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """Members whose pods have no IPs (unschedulable) are skipped: the claim starts cold."""
+    nowhere = m.pod_template(
+        image=settings.image, nodeSelector={"conformance.agents.x-k8s.io/node": "none"}
+    )
+    kube.create(
+        m.extension_object("SandboxTemplate", "tpl", podTemplate=nowhere), namespace=namespace
+    )
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+    (member,) = s.wait_members(kube, namespace, "pool", 1, ready=False)
+    s.create_claim(kube, namespace, "claim", "pool")
+    claim = kube.wait_for(
+        s.EXT_API,
+        "SandboxClaim",
+        "claim",
+        namespace,
+        lambda c: bool(bound_name(c or {})),
+        what="the claim to be bound",
+    )
+    assert claim is not None
+    assert bound_name(claim) == "claim"
+    sandbox = s.get_sandbox(kube, namespace, "claim")
+    assert m.labels_of(sandbox)[s.LAUNCH_TYPE_LABEL] == "cold"
+    assert s.names(s.members(kube, namespace, "pool")) == {member["metadata"]["name"]}
+    assert m.has_condition(claim, "Ready", "False")

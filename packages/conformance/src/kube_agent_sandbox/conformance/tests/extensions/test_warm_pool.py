@@ -539,3 +539,31 @@ def test_secure_defaults_leave_dns_alone_unless_the_default_policy_applies(
     spec = s.pod_spec(member)
     for key in ("automountServiceAccountToken", "dnsPolicy", "dnsConfig"):
         assert spec.get(key) == expected.get(key), key
+
+
+@pytest.mark.spec("4.2.1", "4.2.6")
+def test_members_that_are_not_ready_count_as_replicas_only(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """Unschedulable members are members (replicas) but not ready ones (readyReplicas)."""
+    kube.create(
+        m.extension_object(
+            "SandboxTemplate",
+            "tpl",
+            podTemplate=m.pod_template(
+                image=settings.image, nodeSelector={"conformance.agents.x-k8s.io/node": "none"}
+            ),
+        ),
+        namespace=namespace,
+    )
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=2)
+    s.wait_members(kube, namespace, "pool", 2, ready=False)
+    wait_status(kube, namespace, "pool", replicas=2, readyReplicas=0)
+    kube.consistently(
+        lambda: (
+            len(s.members(kube, namespace, "pool")) == 2
+            and not pool_status(kube, namespace, "pool").get("readyReplicas")
+        ),
+        seconds=2,
+        what="two members, none ready",
+    )
