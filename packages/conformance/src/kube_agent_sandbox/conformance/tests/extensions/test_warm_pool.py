@@ -567,3 +567,38 @@ def test_members_that_are_not_ready_count_as_replicas_only(
         seconds=2,
         what="two members, none ready",
     )
+
+
+@pytest.mark.spec("4.2.1")
+def test_scale_down_deletes_members_that_are_not_ready_first(
+    kube: Kube, namespace: str, settings: Settings
+) -> None:
+    """An older member that is not Ready goes before a newer Ready one."""
+    stuck = m.pod_template(
+        image=settings.image, nodeSelector={"conformance.agents.x-k8s.io/node": "none"}
+    )
+    kube.create(
+        m.extension_object("SandboxTemplate", "tpl", podTemplate=stuck), namespace=namespace
+    )
+    s.create_pool(kube, namespace, "pool", "tpl", replicas=1)
+    (old,) = s.wait_members(kube, namespace, "pool", 1, ready=False)
+    # Fix the template: OnReplenish keeps the old (unschedulable) member as it is.
+    kube.patch(
+        s.EXT_API,
+        "SandboxTemplate",
+        "tpl",
+        namespace,
+        {"spec": {"podTemplate": {"spec": {"nodeSelector": None}}}},
+    )
+    kube.patch(s.EXT_API, "SandboxWarmPool", "pool", namespace, {"spec": {"replicas": 2}})
+    s.wait_members(
+        kube,
+        namespace,
+        "pool",
+        2,
+        ready=False,
+        check=lambda sb: sb["metadata"]["uid"] == old["metadata"]["uid"] or s.is_ready(sb),
+    )
+    kube.patch(s.EXT_API, "SandboxWarmPool", "pool", namespace, {"spec": {"replicas": 1}})
+    (kept,) = s.wait_members(kube, namespace, "pool", 1)
+    assert kept["metadata"]["uid"] != old["metadata"]["uid"]
