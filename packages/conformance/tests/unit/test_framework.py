@@ -166,14 +166,15 @@ def test_local_groups_split_real_node_from_kwok_profiles() -> None:
 
 def test_report_is_embedded_below_the_docs_marker(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text(f"# Title\n\nIntro.\n\n{report.DOCS_MARKER}\n\nold report\n")
+    intro = f"# Title\n\nIntro naming `{report.DOCS_MARKER}` inline.\n\n"
+    page.write_text(f"{intro}{report.DOCS_MARKER}\n\nold report\n")
     summary = report.Collector().summary(implementation="impl", cluster_version="v1")
     report.embed_in_page(summary, page)
     report.embed_in_page(summary, page)  # idempotent
     text = page.read_text()
-    assert text.startswith("# Title\n\nIntro.\n\n")
+    assert text.startswith(intro)
     assert "old report" not in text
-    assert text.count(report.DOCS_MARKER) == 1
+    assert text.count(report.DOCS_MARKER) == 2
     assert "- Implementation: `impl`" in text
     page.write_text("no marker")
     with pytest.raises(ValueError, match="no <!-- conformance-report --> line"):

@@ -162,13 +162,17 @@ def write_markdown(summary: dict[str, Any], path: Path) -> None:
 
 
 def embed_in_page(summary: dict[str, Any], page: Path) -> None:
-    """Replace what follows :data:`DOCS_MARKER` in a docs page with the summary's table.
+    """Replace what follows the :data:`DOCS_MARKER` line in a docs page with the summary.
+
+    The marker must stand alone on its line (the last such line counts), so the page may
+    mention it in running text.
 
     Raises:
         ValueError: If the page has no marker line.
     """
-    text = page.read_text()
-    if DOCS_MARKER not in text:
+    lines = page.read_text().splitlines(keepends=True)
+    marks = [i for i, line in enumerate(lines) if line.strip() == DOCS_MARKER]
+    if not marks:
         raise ValueError(f"{page} has no {DOCS_MARKER} line")
-    head = text.split(DOCS_MARKER, 1)[0]
+    head = "".join(lines[: marks[-1]])
     page.write_text(f"{head}{DOCS_MARKER}\n\n{markdown(summary, title='')}")
