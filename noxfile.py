@@ -25,14 +25,17 @@ nox.options.sessions = [
     "docs",
     "build",
     "integration",
+    "conformance",
     "e2e",
+    "conformance-real-node",
 ]
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
-PACKAGES = ["api-types", "controller", "extensions", "sdk"]
+PACKAGES = ["api-types", "controller", "extensions", "sdk", "conformance"]
 IMPORTS = {
     "api-types": "kube_agent_sandbox.api",
+    "conformance": "kube_agent_sandbox.conformance",
     "controller": "kube_agent_sandbox.controller",
     "extensions": "kube_agent_sandbox.extensions",
     "sdk": "kube_agent_sandbox.sdk",
@@ -131,6 +134,42 @@ def e2e(session: nox.Session) -> None:
 
 
 @nox.session
+def conformance(session: nox.Session) -> None:
+    """The black-box conformance suite (reports in conformance-results/).
+
+    ``nox -s conformance -- [--kubeconfig PATH] [--namespace-prefix P]
+    [--profile core|extensions|real-node|all] [--controller-cmd CMD] [--report-dir DIR]``;
+    without --kubeconfig the local cluster and our controller are started; the default
+    profiles are core and extensions.
+    """
+    _sync(session)
+    if "--kubeconfig" not in " ".join(session.posargs):
+        real_node = "real-node" in session.posargs or "all" in session.posargs
+        build = ["--with-node"] if real_node else []
+        _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", *build)
+    _uv_run(session, "agent-sandbox-conformance", *session.posargs)
+
+
+@nox.session(name="conformance-real-node")
+def conformance_real_node(session: nox.Session) -> None:
+    """The conformance suite's real-node profile (root; reports in conformance-results/real-node).
+
+    The real-node cluster with our controller deployed into it, as the e2e suite runs.
+    """
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-node")
+    _uv_run(
+        session,
+        "agent-sandbox-conformance",
+        "--profile",
+        "real-node",
+        "--report-dir",
+        "conformance-results/real-node",
+        *session.posargs,
+    )
+
+
+@nox.session
 def cluster(session: nox.Session) -> None:
     """Start the local cluster for manual use; prints KUBECONFIG and how to stop it."""
     _sync(session)
@@ -181,7 +220,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def build(session: nox.Session) -> None:
-    """Build wheels and sdists of the four packages; each wheel must install alone and import."""
+    """Build wheels and sdists of the packages; each wheel must install alone and import."""
     _sync(session)
     dist = ROOT / "dist"
     shutil.rmtree(dist, ignore_errors=True)
@@ -217,6 +256,18 @@ def build(session: nox.Session) -> None:
                     python, "-c",
                     "import importlib.util as u; "
                     "assert u.find_spec('kube_agent_sandbox.controller') is None",
+                    external=True,
+                )  # fmt: skip
+            if package == "conformance":
+                session.run(
+                    str(venv / "bin" / "agent-sandbox-conformance"), "--help", external=True
+                )
+                # the suite is black-box: it must not bring any implementation along
+                session.run(
+                    python, "-c",
+                    "import importlib.util as u; "
+                    "assert u.find_spec('kube_agent_sandbox.controller') is None; "
+                    "assert u.find_spec('kube_agent_sandbox.extensions') is None",
                     external=True,
                 )  # fmt: skip
     session.log(f"built and checked: {', '.join(sorted(p.name for p in dist.iterdir()))}")

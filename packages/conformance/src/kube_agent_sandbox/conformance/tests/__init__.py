@@ -1,0 +1,1 @@
+"""The conformance tests, one folder per profile (core, extensions, realnode)."""

@@ -1,0 +1,1 @@
+"""Core profile: the Sandbox controller (spec section 3), on any nodes."""

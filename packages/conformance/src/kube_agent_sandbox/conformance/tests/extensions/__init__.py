@@ -1,0 +1,1 @@
+"""Extensions profile: SandboxTemplate, SandboxWarmPool, SandboxClaim (spec section 4)."""
