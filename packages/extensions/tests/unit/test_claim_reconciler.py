@@ -18,6 +18,7 @@ from kube_agent_sandbox.extensions.claim.errors import AdoptionConflictError, Re
 from kube_agent_sandbox.extensions.claim.reconciler import ClaimReconciler
 from kube_agent_sandbox.extensions.claim.warmqueue import WarmQueue, feed_upsert
 from kube_agent_sandbox.extensions.common.resources import (
+    NETWORK_POLICIES,
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
@@ -129,7 +130,6 @@ class World:
             persist_observability=persist,
             clock=lambda: self.now,
             clock_ns=lambda: int(self.now.timestamp() * 1e9) + 123,
-            legacy_network_policy_cleanup=False,
         )
 
     def claim(self, name: str = "claim", **spec: Any) -> Obj:
@@ -703,32 +703,28 @@ async def test_recreate_refuses_stale_member() -> None:
     )
 
 
-async def test_legacy_network_policy_deleted_only_when_controlled_by_the_claim() -> None:
-    from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES
+def _legacy_policy(w: World, claim: str, *, owner: Obj | None, kind: str = "SandboxClaim") -> Obj:
+    """A ``<claim>-network-policy`` as old controllers made it, controlled by ``owner``."""
+    metadata: Obj = {"name": f"{claim}-network-policy"}
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "extensions.agents.x-k8s.io/v1alpha1",
+                "kind": kind,
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+    return w.api.add(NETWORK_POLICIES, {"metadata": metadata, "spec": {}})
 
-    w = World()
-    mine = w.claim("mine")
-    w.claim("theirs")
-    w.api.add(
-        NETWORK_POLICIES,
-        {
-            "metadata": {
-                "name": "mine-network-policy",
-                "ownerReferences": [
-                    {
-                        "apiVersion": "extensions.agents.x-k8s.io/v1alpha1",
-                        "kind": "SandboxClaim",
-                        "name": "mine",
-                        "uid": mine["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {},
-        },
-    )
-    w.api.add(NETWORK_POLICIES, {"metadata": {"name": "theirs-network-policy"}, "spec": {}})
-    reconciler = ClaimReconciler(
+
+def _policy_calls(w: World, verb: str) -> list[Any]:
+    return [call for call in w.api.calls if call.plural == "networkpolicies" and call.verb == verb]
+
+
+def _with_policy_cache(w: World, policies: Any = None) -> ClaimReconciler:
+    return ClaimReconciler(
         w.api,
         claims=w.api.reader(SANDBOX_CLAIMS),
         sandboxes=w.api.reader(SANDBOXES),
@@ -736,14 +732,98 @@ async def test_legacy_network_policy_deleted_only_when_controlled_by_the_claim()
         templates=w.api.reader(SANDBOX_TEMPLATES),
         queue=w.queue,
         clock=lambda: NOW,
+        network_policies=policies if policies is not None else w.api.reader(NETWORK_POLICIES),
     )
-    for name in ("mine", "theirs", "mine"):
-        await reconciler.reconcile(Request(NS, name))
+
+
+async def test_legacy_network_policy_appearing_after_the_first_pass_is_deleted() -> None:
+    w = World()
+    mine = w.claim("mine")
+    reconciler = _with_policy_cache(w)
+    await reconciler.reconcile(Request(NS, "mine"))
+    await reconciler.drain()
+    policy = _legacy_policy(w, "mine", owner=mine)
+    await reconciler.reconcile(Request(NS, "mine"))
     await reconciler.drain()
     assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is None
-    assert w.api.obj(NETWORK_POLICIES, "theirs-network-policy") is not None
-    gets = [call for call in w.api.calls if call.plural == "networkpolicies" and call.verb == "get"]
-    assert len(gets) == 2  # once per claim, not once per pass
+    [delete] = _policy_calls(w, "delete")
+    assert delete.name == "mine-network-policy"
+    assert delete.preconditions == {"uid": policy["metadata"]["uid"]}
+    assert _policy_calls(w, "get") == []  # the cache decides; no API reads
+    # A policy of the same name coming back later (a new UID) goes too.
+    _legacy_policy(w, "mine", owner=mine)
+    await reconciler.reconcile(Request(NS, "mine"))
+    await reconciler.drain()
+    assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is None
+    assert len(_policy_calls(w, "delete")) == 2
+
+
+async def test_legacy_network_policy_of_others_is_left_alone() -> None:
+    w = World()
+    mine = w.claim("mine")
+    other = w.claim("other")
+    w.claim("bare")
+    w.claim("tpl")
+    _legacy_policy(w, "mine", owner=other)  # same name, controlled by another claim
+    _legacy_policy(w, "tpl", owner=w.template, kind="SandboxTemplate")  # a template's policy
+    _legacy_policy(w, "bare", owner=None)  # no controller at all
+    # controlled by this claim's UID but not through a SandboxClaim reference
+    forged = _legacy_policy(w, "other", owner=other, kind="SandboxWarmPool")
+    reconciler = _with_policy_cache(w)
+    for name in ("mine", "other", "bare", "tpl", "mine"):
+        await reconciler.reconcile(Request(NS, name))
+    await reconciler.drain()
+    assert _policy_calls(w, "delete") == []
+    assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is not None
+    assert w.api.obj(NETWORK_POLICIES, "tpl-network-policy") is not None
+    assert w.api.obj(NETWORK_POLICIES, "bare-network-policy") is not None
+    assert w.api.obj(NETWORK_POLICIES, "other-network-policy") == forged
+    assert mine["metadata"]["uid"] != other["metadata"]["uid"]
+
+
+async def test_lagging_policy_cache_costs_one_delete() -> None:
+    w = World()
+    mine = w.claim("mine")
+    policy = _legacy_policy(w, "mine", owner=mine)
+    policy["metadata"]["namespace"] = NS
+    reconciler = _with_policy_cache(w, LaggingReader([policy]))
+    for _ in range(3):
+        await reconciler.reconcile(Request(NS, "mine"))
+        await reconciler.drain()
+    assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is None
+    assert len(_policy_calls(w, "delete")) == 1
+
+
+async def test_failed_legacy_policy_delete_is_retried_next_pass() -> None:
+    w = World()
+    mine = w.claim("mine")
+    _legacy_policy(w, "mine", owner=mine)
+    reconciler = _with_policy_cache(w)
+    w.api.fail("delete", "networkpolicies", ApiError(403, "Forbidden", "no"))
+    result = await reconciler.reconcile(Request(NS, "mine"))
+    await reconciler.drain()
+    assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is not None
+    assert w.get(SANDBOX_CLAIMS, "mine")["status"]  # the claim's own work went on
+    assert result is not None
+    await reconciler.reconcile(Request(NS, "mine"))
+    await reconciler.drain()
+    assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is None
+    assert len(_policy_calls(w, "delete")) == 2
+
+
+async def test_legacy_policy_cleanup_also_runs_for_a_deleting_claim() -> None:
+    w = World()
+    mine = w.claim("mine")
+    w.api.mutate(
+        SANDBOX_CLAIMS,
+        "mine",
+        lambda o: o["metadata"].update(deletionTimestamp="2026-08-01T12:00:00Z"),
+    )
+    _legacy_policy(w, "mine", owner=mine)
+    reconciler = _with_policy_cache(w)
+    await reconciler.reconcile(Request(NS, "mine"))
+    await reconciler.drain()
+    assert w.api.obj(NETWORK_POLICIES, "mine-network-policy") is None
 
 
 class TraceRecorder:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
+from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.rbac import normalize_rules
 from kube_agent_sandbox.controller.runtime.fake import FakeApi
+from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.types import Obj, Request
 from kube_agent_sandbox.controller.runtime.workqueue import WorkQueue
 from kube_agent_sandbox.extensions.claim.observed import FirstObserved, rfc3339nano
@@ -15,12 +19,19 @@ from kube_agent_sandbox.extensions.claim.setup import (
     POOL_TEMPLATE_INDEX,
     RBAC_RULES,
     claim_pool_index,
+    legacy_policy_change_matters,
     pool_handler,
     pool_template_index,
     sandbox_change_matters,
+    setup,
     template_handler,
 )
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
+from kube_agent_sandbox.extensions.common.resources import (
+    NETWORK_POLICIES,
+    SANDBOX_CLAIMS,
+    SANDBOXES,
+)
+from kube_agent_sandbox.testing.waiting import eventually
 
 
 class Indexed:
@@ -64,6 +75,62 @@ def test_owned_sandbox_predicate() -> None:
     deleting = _sandbox(conditions=_ready("False"), podIPs=["1.1.1.1"])
     deleting["metadata"]["deletionTimestamp"] = "2026-08-01T00:00:00Z"
     assert sandbox_change_matters(base, deleting)
+
+
+def _policy(name: str, owner: str | None, kind: str = "SandboxClaim") -> Obj:
+    metadata: Obj = {"name": name, "namespace": "ns"}
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": kind,
+                "name": owner,
+                "uid": "u1",
+                "controller": True,
+            }
+        ]
+    return {"metadata": metadata, "spec": {}}
+
+
+def test_legacy_policy_predicate() -> None:
+    legacy = _policy("c-network-policy", "c")
+    assert legacy_policy_change_matters(None, legacy)
+    assert legacy_policy_change_matters(legacy, legacy)
+    assert not legacy_policy_change_matters(legacy, None)  # a delete needs no pass
+    assert not legacy_policy_change_matters(None, _policy("c-network-policy", None))
+    assert not legacy_policy_change_matters(None, _policy("other-network-policy", "c"))
+    assert not legacy_policy_change_matters(None, _policy("c", "c"))
+
+
+async def test_policy_controlled_by_a_claim_enqueues_it_and_is_deleted() -> None:
+    """The owned-policy watch brings a claim back when its legacy policy appears later."""
+    api = FakeApi(default_namespace="ns")
+    manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
+    reconciler = setup(manager, ControllerOptions(extensions=True))
+    task = asyncio.create_task(manager.run())
+    try:
+        await asyncio.wait_for(manager.controllers_started.wait(), 10)
+        claim = await api.create(
+            SANDBOX_CLAIMS,
+            "ns",
+            {"metadata": {"name": "c"}, "spec": {"warmPoolRef": {"name": "missing"}}},
+        )
+        # reconciled once (the pool is missing: the next pass is a minute away)
+        await eventually(lambda: (api.obj(SANDBOX_CLAIMS, "c") or {}).get("status"))
+        policy = _policy("c-network-policy", "c")
+        policy["metadata"]["ownerReferences"][0]["uid"] = claim["metadata"]["uid"]
+        kept = _policy("x-network-policy", "c")  # controlled by the claim, other name
+        kept["metadata"]["ownerReferences"][0]["uid"] = claim["metadata"]["uid"]
+        api.add(NETWORK_POLICIES, kept)
+        api.add(NETWORK_POLICIES, policy)
+        await eventually(lambda: api.obj(NETWORK_POLICIES, "c-network-policy") is None)
+        await reconciler.drain()
+        assert api.obj(NETWORK_POLICIES, "x-network-policy") is not None
+        assert [c for c in api.calls if c.plural == "networkpolicies" and c.verb == "get"] == []
+    finally:
+        manager.request_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
 
 
 def test_pool_events_enqueue_unbound_live_claims_on_generation_change() -> None:
@@ -133,7 +200,7 @@ def test_rbac_rules_cover_claim_writes() -> None:
     assert "patch" in flat[("extensions.agents.x-k8s.io", "sandboxclaims/status")]
     assert "update" in flat[("extensions.agents.x-k8s.io", "sandboxclaims/finalizers")]
     assert {"create", "patch", "delete"} <= flat[("agents.x-k8s.io", "sandboxes")]
-    assert flat[("networking.k8s.io", "networkpolicies")] == {"get", "delete"}
+    assert flat[("networking.k8s.io", "networkpolicies")] == {"get", "list", "watch", "delete"}
 
 
 def test_overlay_shadows_until_cache_catches_up() -> None:

@@ -30,7 +30,7 @@ from typing import Any, Final, Protocol
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, meta
+from kube_agent_sandbox.controller.runtime.objects import meta
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
     Client,
@@ -171,8 +171,9 @@ class ClaimReconciler:
         tracer: Tracing (no-op by default).
         clock: Wall clock for conditions and expiry.
         clock_ns: Wall clock in nanoseconds (annotations).
-        legacy_network_policy_cleanup: Delete ``<claim>-network-policy`` left by old
-            controllers (once per claim, in the background).
+        network_policies: Cache of NetworkPolicies; every pass deletes the claim's legacy
+            ``<claim>-network-policy`` (left by old controllers) when this cache shows it
+            controlled by the claim, in the background (spec 4.3.1 step 2). None skips it.
     """
 
     def __init__(
@@ -192,7 +193,7 @@ class ClaimReconciler:
         tracer: Tracer = NOOP_TRACER,
         clock: Callable[[], dt.datetime] = _utcnow,
         clock_ns: Callable[[], int] = time.time_ns,
-        legacy_network_policy_cleanup: bool = True,
+        network_policies: Reader | None = None,
     ) -> None:
         self._client = client
         self.claims = WriteOverlay(claims)
@@ -208,9 +209,10 @@ class ClaimReconciler:
         self._tracer = tracer
         self._clock = clock
         self._clock_ns = clock_ns
-        self._np_cleanup = legacy_network_policy_cleanup
-        # per claim key, the UID whose legacy NetworkPolicy was checked (dropped with the claim)
-        self._np_checked: dict[tuple[str, str], str] = {}
+        self._policies = network_policies
+        # per claim key, the UID of the legacy NetworkPolicy deleted (or being deleted), so a
+        # cache that still shows it does not cost another DELETE (dropped with the claim)
+        self._np_deleted: dict[tuple[str, str], str] = {}
         self._background: set[asyncio.Task[None]] = set()
         # claims (key -> UID) whose first-ready stamp was written before their Ready status
         self._first_ready_owed: dict[tuple[str, str], str] = {}
@@ -228,7 +230,7 @@ class ClaimReconciler:
             key = (request.namespace, request.name)
             self.observed.forget(*key)
             self.claims.forget(*key)
-            self._np_checked.pop(key, None)
+            self._np_deleted.pop(key, None)
             self._first_ready_owed.pop(key, None)
             return Result()
         self._cleanup_legacy_network_policy(claim)
@@ -825,34 +827,60 @@ class ClaimReconciler:
             self._recorder.event(claim, type_="Normal", reason=reason, action=action, note=note)
 
     def _cleanup_legacy_network_policy(self, claim: Obj) -> None:
-        uid = str(meta(claim).get("uid") or "")
-        key = _key(claim)
-        if not self._np_cleanup or not uid or self._np_checked.get(key) == uid:
+        """Delete ``<claim>-network-policy`` if the cache shows the claim controlling it.
+
+        Reads only the cache; the DELETE runs in the background, once per policy UID.
+        """
+        if self._policies is None:
             return
-        self._np_checked[key] = uid
-        task = asyncio.create_task(self._delete_legacy_network_policy(claim))
+        key = _key(claim)
+        policy = self._policies.get(key[0], legacy_network_policy_name(key[1]))
+        if policy is None:
+            self._np_deleted.pop(key, None)
+            return
+        policy_uid = str(meta(policy).get("uid") or "")
+        if not policy_uid or self._np_deleted.get(key) == policy_uid:
+            return
+        if not is_legacy_network_policy_of(policy, claim):
+            return
+        self._np_deleted[key] = policy_uid
+        task = asyncio.create_task(self._delete_legacy_network_policy(key, policy_uid))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _delete_legacy_network_policy(self, claim: Obj) -> None:
-        namespace, name = _key(claim)
-        np_name = f"{name}-network-policy"
+    async def _delete_legacy_network_policy(self, key: tuple[str, str], policy_uid: str) -> None:
+        namespace, name = key
+        np_name = legacy_network_policy_name(name)
         try:
-            policy = await self._client.get(NETWORK_POLICIES, namespace, np_name)
-            ref = controller_ref(policy)
-            if controlled_by_kind(policy, kind=c.KIND_SANDBOX_CLAIM) is None or (
-                ref is None or ref.get("uid") != meta(claim).get("uid")
-            ):
-                return
             await self._client.delete(
-                NETWORK_POLICIES, namespace, np_name, preconditions={"uid": meta(policy)["uid"]}
+                NETWORK_POLICIES, namespace, np_name, preconditions={"uid": policy_uid}
             )
             log.info("deleted legacy network policy %s/%s", namespace, np_name)
         except ApiError as exc:
-            if not exc.not_found:
-                log.warning("legacy network policy cleanup of %s/%s: %s", namespace, np_name, exc)
+            if exc.not_found or exc.conflict:
+                return  # gone already, or replaced by another object (a later pass decides)
+            self._forget_deletion(key, policy_uid)
+            log.warning("legacy network policy cleanup of %s/%s: %s", namespace, np_name, exc)
         except Exception:
+            self._forget_deletion(key, policy_uid)
             log.exception("legacy network policy cleanup of %s/%s failed", namespace, np_name)
+
+    def _forget_deletion(self, key: tuple[str, str], policy_uid: str) -> None:
+        """Let the next pass try again after a failed DELETE."""
+        if self._np_deleted.get(key) == policy_uid:
+            del self._np_deleted[key]
+
+
+def legacy_network_policy_name(claim_name: str) -> str:
+    """The name of the per-claim NetworkPolicy older controllers created."""
+    return f"{claim_name}-network-policy"
+
+
+def is_legacy_network_policy_of(policy: Obj, claim: Obj) -> bool:
+    """True when ``claim`` (an extensions SandboxClaim, by UID) controls ``policy``."""
+    return controlled_by_kind(policy, kind=c.KIND_SANDBOX_CLAIM) is not None and (
+        is_controlled_by(policy, claim)
+    )
 
 
 def _writable(obj: Obj) -> Obj:

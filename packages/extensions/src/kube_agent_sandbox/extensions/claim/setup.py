@@ -3,8 +3,10 @@
 Watches: claims (primary; the predicate records first observations), owned Sandboxes (only
 the changes a claim mirrors), every Sandbox into the warm queue, pools (create, delete,
 generation change) to their unbound claims, and template creation to the claims of pools that
-use the template (delta 5.1). The caches of Sandboxes, pools and templates are shared with the
-other controllers of the process; the claim controller's own indexes are prefixed ``claim:``.
+use the template (delta 5.1), and owned NetworkPolicies named ``<claim>-network-policy`` (the
+legacy per-claim policy, deleted from the cache's view on every pass, spec 4.3.1 step 2). The
+caches of Sandboxes, pools, templates and NetworkPolicies are shared with the other controllers
+of the process; the claim controller's own indexes are prefixed ``claim:``.
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime.controller import Controller
 from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
-from kube_agent_sandbox.controller.runtime.objects import meta
+from kube_agent_sandbox.controller.runtime.objects import controller_ref, meta
 from kube_agent_sandbox.controller.runtime.types import Obj, Request
 from kube_agent_sandbox.controller.runtime.workqueue import WorkQueue
 from kube_agent_sandbox.controller.sandbox.conditions import find_condition
 from kube_agent_sandbox.controller.tracing import tracer_for
 from kube_agent_sandbox.extensions.claim.metrics import ClaimMetrics
 from kube_agent_sandbox.extensions.claim.observed import FirstObserved
-from kube_agent_sandbox.extensions.claim.reconciler import EVENT_REPORTER, ClaimReconciler
+from kube_agent_sandbox.extensions.claim.reconciler import (
+    EVENT_REPORTER,
+    ClaimReconciler,
+    legacy_network_policy_name,
+)
 from kube_agent_sandbox.extensions.claim.sandboxbuild import template_name_of
 from kube_agent_sandbox.extensions.claim.warmqueue import (
     WarmQueue,
@@ -66,11 +72,25 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     ),
     rule(c.EXTENSIONS_GROUP, SANDBOX_TEMPLATES.plural, _READ),
     rule(c.EXTENSIONS_GROUP, SANDBOX_WARM_POOLS.plural, _READ),
-    rule(NETWORK_POLICIES.group, NETWORK_POLICIES.plural, ("get", "delete")),
+    rule(NETWORK_POLICIES.group, NETWORK_POLICIES.plural, (*_READ, "delete")),
     rule("", "events", ("create", "patch")),
     rule("events.k8s.io", "events", ("create", "patch")),
 )
 """Permissions of the SandboxClaim controller."""
+
+
+def legacy_policy_change_matters(old: Obj | None, new: Obj | None) -> bool:
+    """Owned-NetworkPolicy predicate: a legacy per-claim policy appears or changes.
+
+    Legacy means named ``<controller name>-network-policy``; deletes need no pass, and the
+    controller handler maps only SandboxClaim controllers to requests.
+    """
+    if new is None:
+        return False
+    ref = controller_ref(new)
+    return ref is not None and meta(new).get("name") == legacy_network_policy_name(
+        str(ref.get("name") or "")
+    )
 
 
 def _ns_key(obj: Obj, value: str) -> str:
@@ -172,6 +192,7 @@ def setup(
     sandboxes = manager.informer(SANDBOXES, namespace=namespace)
     pools = manager.informer(SANDBOX_WARM_POOLS, namespace=namespace)
     templates = manager.informer(SANDBOX_TEMPLATES, namespace=namespace)
+    policies = manager.informer(NETWORK_POLICIES, namespace=namespace)
     claims.add_index(CLAIM_POOL_INDEX, claim_pool_index)
     pools.add_index(POOL_TEMPLATE_INDEX, pool_template_index)
 
@@ -190,6 +211,7 @@ def setup(
         allowed_label_domains=options.allowed_label_domains,
         persist_observability=not options.disable_claim_observability_annotations,
         tracer=tracer_for(enabled=options.enable_tracing),
+        network_policies=policies,
     )
     # read-your-writes bookkeeping first, so a reconcile never sees a cache event it missed
     claims.add_event_handler(reconciler.claims.handler())
@@ -203,7 +225,10 @@ def setup(
         reconciler=reconciler,
         workers=options.sandbox_claim_concurrent_workers,
         for_predicate=observed.predicate,
-        owns=[(SANDBOXES, sandbox_change_matters)],
+        owns=[
+            (SANDBOXES, sandbox_change_matters),
+            (NETWORK_POLICIES, legacy_policy_change_matters),
+        ],
         metrics=manager.metrics,
     )
     manager.add_controller(controller)

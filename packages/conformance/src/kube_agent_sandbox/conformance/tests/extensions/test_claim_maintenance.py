@@ -254,12 +254,6 @@ def test_a_foreign_legacy_claim_network_policy_is_kept(
 
 
 @pytest.mark.spec("4.3.1", "2.6")
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent-sandbox-controller (this project) looks for the legacy policy only on a "
-    "claim's first reconcile per process (extensions/claim/reconciler.py, _np_checked); the "
-    "spec deletes it on every reconcile",
-)
 def test_a_legacy_claim_network_policy_controlled_by_the_claim_is_deleted(
     kube: Kube, namespace: str, settings: Settings
 ) -> None:
