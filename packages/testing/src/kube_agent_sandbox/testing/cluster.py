@@ -57,6 +57,21 @@ class PrerequisiteError(RuntimeError):
     """Something the local cluster needs is missing (binaries, Go module cache, ...)."""
 
 
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  userGroups: ["system:serviceaccounts:kube-system"]
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+"""
+"""What the local apiserver audits: service accounts' requests (the controllers under test run as
+ones), except kube-system's (the controller manager's), with their verb, resource and user."""
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -203,6 +218,9 @@ class LocalCluster(ClusterLifecycle):
         self._admin_tls: ssl.SSLContext | None = None
         #: How to wait until each restartable component is ready again (by process name).
         self._readiness: dict[str, Callable[[ManagedProcess], None]] = {}
+        #: The apiserver's audit log (JSON lines): every request of a service account outside
+        #: kube-system, at Metadata level (the RBAC audit test reads it).
+        self.audit_log: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -473,6 +491,7 @@ class LocalCluster(ClusterLifecycle):
             "--profiling=false",
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
+            *self._audit_flags(),
         ]
         process = self.supervisor.start(
             "kube-apiserver",
@@ -496,6 +515,19 @@ class LocalCluster(ClusterLifecycle):
         self._readiness["kube-apiserver"] = self._wait_apiserver_ready
         self._wait_apiserver_ready(process)
         self.timings["kube-apiserver"] = time.monotonic() - begin
+
+    def _audit_flags(self) -> list[str]:
+        """Audit every request of test service accounts (not kube-system's) at Metadata level."""
+        policy = self._path("audit-policy.yaml")
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log = self._path("logs") / "audit.jsonl"
+        self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
 
     def _wait_apiserver_ready(self, process: ManagedProcess) -> None:
         context = self._admin_tls
