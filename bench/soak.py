@@ -93,6 +93,7 @@ class SoakRun:
     waves: list[Wave] = field(default_factory=list)
     rss: list[tuple[float, float]] = field(default_factory=list)  # (t s, MiB)
     depth: list[tuple[float, float]] = field(default_factory=list)  # (t s, summed depth)
+    reconcile_rate: list[tuple[float, float]] = field(default_factory=list)  # (t s, per s)
     reconciles: float = 0.0
     reconcile_errors: float = 0.0
     drained: bool = False
@@ -280,10 +281,16 @@ class Soak:
         return scrape.by_label("workqueue_depth", "name")
 
     async def _scrape_loop(self) -> None:
+        last: tuple[float, float] | None = None  # (t, reconciles so far)
         while True:
             depths = await self._depths()
             if depths is not None:
-                self.run.depth.append((round(self._t(), 1), sum(depths.values())))
+                now = self._t()
+                self.run.depth.append((round(now, 1), sum(depths.values())))
+                if last is not None and now > last[0]:
+                    rate = (self.run.reconciles - last[1]) / (now - last[0])
+                    self.run.reconcile_rate.append((round(now, 1), round(rate, 2)))
+                last = (now, self.run.reconciles)
             await asyncio.sleep(SCRAPE_EVERY)
 
     async def _drain(self) -> None:
@@ -299,7 +306,7 @@ class Soak:
 
 
 def plot(run: SoakRun, path: Path) -> None:
-    """RSS (left axis) and summed work-queue depth (right axis) over time, waves shaded."""
+    """RSS (left axis), reconciles/s and work-queue depth (right axis) over time, wave ends."""
     import matplotlib
 
     matplotlib.use("Agg")
