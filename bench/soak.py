@@ -320,11 +320,26 @@ def plot(run: SoakRun, path: Path) -> None:
     ax.set_ylim(bottom=0)
     for i, end in enumerate(run.wave_ends):
         ax.axvline(end, color="grey", lw=0.5, alpha=0.5 if i else 0.9)
-    depth = ax.twinx()
+    right = ax.twinx()
+    if run.reconcile_rate:
+        right.plot(
+            [t for t, _ in run.reconcile_rate],
+            [r for _, r in run.reconcile_rate],
+            color="tab:green",
+            lw=0.6,
+            label="reconciles/s",
+        )
     if run.depth:
-        depth.plot([t for t, _ in run.depth], [d for _, d in run.depth], color="tab:orange", lw=0.8)
-    depth.set_ylabel("work queue depth (all controllers)", color="tab:orange")
-    depth.set_ylim(bottom=0)
+        right.plot(
+            [t for t, _ in run.depth],
+            [d for _, d in run.depth],
+            color="tab:orange",
+            lw=0.8,
+            label="work queue depth",
+        )
+    right.set_ylabel("reconciles/s, work queue depth (all controllers)")
+    right.set_ylim(bottom=0)
+    right.legend(loc="center right", fontsize="small")
     slope = run.rss_slope_mib_per_hour()
     total = sum(w.size for w in run.waves)
     ax.set_title(
