@@ -39,7 +39,7 @@ def _exec(cluster: ClusterAccess, pod: str, code: str) -> tuple[int, str]:
     """Run Python code in the controller container; (exit status, stdout + stderr)."""
     done = cluster.kubectl(
         "-n", CONTROLLER_NAMESPACE, "exec", pod, "-c", CONTROLLER_DEPLOYMENT, "--",
-        "python", "-c", code,
+        "python3", "-c", code,
         check=False,
     )  # fmt: skip
     return done.returncode, done.stdout + done.stderr

@@ -119,8 +119,9 @@ _unicode = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
     max_size=40,
 )
+_valid_label_value = st.from_regex(r"\A([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 _label_value = st.one_of(
-    st.from_regex(r"\A([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z"),
+    _valid_label_value,
     _unicode,  # mostly invalid: rejected by the apiserver, or by the pod when copied there
 )
 _key_name = st.from_regex(r"\A[a-z0-9]([-a-z0-9_.]{0,20}[a-z0-9])?\Z")
@@ -144,9 +145,11 @@ def annotations(draw: st.DrawFn) -> dict[str, str]:
     return found
 
 
-def labels() -> st.SearchStrategy[dict[str, str]]:
-    """Labels with values of every kind, valid or not."""
-    return st.dictionaries(_qualified_key, _label_value, max_size=4)
+def labels(*, valid: bool = False) -> st.SearchStrategy[dict[str, str]]:
+    """Labels with values of every kind (``valid``: only values the apiserver accepts)."""
+    return st.dictionaries(
+        _qualified_key, _valid_label_value if valid else _label_value, max_size=4
+    )
 
 
 _dns_label = st.from_regex(r"\A[a-z]([-a-z0-9]{0,14}[a-z0-9])?\Z")

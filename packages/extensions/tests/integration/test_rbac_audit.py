@@ -3,8 +3,9 @@
 ``agent-sandbox-controller --extensions`` runs as a ServiceAccount bound only to the generated
 ClusterRoles of ``manifests/rbac`` (core and extensions) while the test drives templates, warm
 pools, claims and Sandboxes (with a Service and a PVC, suspended and resumed) through their
-lifecycle. The local apiserver audits every request of service accounts (``cluster.py``,
-Metadata level); the test reads the controller's requests from that log and checks:
+lifecycle. The local apiserver audits every request of the service accounts of
+``AUDITED_NAMESPACE`` (``cluster.py``, Metadata level), where the controller's identity lives;
+the test reads the controller's requests from that log and checks:
 
 1. none was denied (no 403), and each ``(verb, group, resource/subresource, name)`` is allowed
    by a rule of ``manifests/rbac/**/*.generated.yaml``;
@@ -28,7 +29,7 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import LocalCluster, free_port
+from kube_agent_sandbox.testing.cluster import AUDITED_NAMESPACE, LocalCluster, free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
 from kube_agent_sandbox.testing.processes import ManagedProcess, wait_until
 
@@ -347,9 +348,10 @@ def test_controller_calls_match_generated_rbac(
     tmp_path: Path,
 ) -> None:
     assert local_cluster.audit_log is not None, "the local cluster runs without an audit log"
+    # the local apiserver audits the service accounts of AUDITED_NAMESPACE only
     identity = controller_runner.identity(
         "agent-sandbox-controller",
-        namespace=namespace,
+        namespace=AUDITED_NAMESPACE,
         cluster_roles=["agent-sandbox-controller", "agent-sandbox-controller-extensions"],
         rbac=[
             d

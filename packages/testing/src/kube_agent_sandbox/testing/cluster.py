@@ -57,19 +57,21 @@ class PrerequisiteError(RuntimeError):
     """Something the local cluster needs is missing (binaries, Go module cache, ...)."""
 
 
-AUDIT_POLICY = """\
+AUDITED_NAMESPACE = "agent-sandbox-audit"
+"""Service accounts of this namespace are audited by the local apiserver (see ``audit_log``)."""
+
+AUDIT_POLICY = f"""\
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
-- level: None
-  userGroups: ["system:serviceaccounts:kube-system"]
 - level: Metadata
-  userGroups: ["system:serviceaccounts"]
+  userGroups: ["system:serviceaccounts:{AUDITED_NAMESPACE}"]
 - level: None
 """
-"""What the local apiserver audits: service accounts' requests (the controllers under test run as
-ones), except kube-system's (the controller manager's), with their verb, resource and user."""
+"""What the local apiserver audits: only requests of the service accounts of
+:data:`AUDITED_NAMESPACE` (an identity a test creates there to record a controller's API calls),
+so nothing else pays for the audit log."""
 
 
 def free_port() -> int:
@@ -218,8 +220,8 @@ class LocalCluster(ClusterLifecycle):
         self._admin_tls: ssl.SSLContext | None = None
         #: How to wait until each restartable component is ready again (by process name).
         self._readiness: dict[str, Callable[[ManagedProcess], None]] = {}
-        #: The apiserver's audit log (JSON lines): every request of a service account outside
-        #: kube-system, at Metadata level (the RBAC audit test reads it).
+        #: The apiserver's audit log (JSON lines): every request of a service account of
+        #: ``AUDITED_NAMESPACE``, at Metadata level (the RBAC audit test reads it).
         self.audit_log: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -517,7 +519,7 @@ class LocalCluster(ClusterLifecycle):
         self.timings["kube-apiserver"] = time.monotonic() - begin
 
     def _audit_flags(self) -> list[str]:
-        """Audit every request of test service accounts (not kube-system's) at Metadata level."""
+        """Audit the requests of ``AUDITED_NAMESPACE``'s service accounts at Metadata level."""
         policy = self._path("audit-policy.yaml")
         policy.write_text(AUDIT_POLICY)
         self.audit_log = self._path("logs") / "audit.jsonl"
