@@ -281,6 +281,18 @@ def bench(session: nox.Session) -> None:
     _uv_run(session, "python", "bench/run.py", *session.posargs)
 
 
+@nox.session
+def soak(session: nox.Session) -> None:
+    """Soak: 10,000 Sandboxes created, suspended, resumed, deleted; RSS plot and report.
+
+    Not in the default list (hours at full size). ``nox -s soak -- --quick`` (200 Sandboxes,
+    a few minutes) fits CI; ``-- --sandboxes N --wave W --rate R --duration S`` size the run.
+    """
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    _uv_run(session, "python", "bench/soak.py", *session.posargs)
+
+
 def _one(paths: object) -> Path:
     found = sorted(paths)  # type: ignore[call-overload]
     if len(found) != 1:

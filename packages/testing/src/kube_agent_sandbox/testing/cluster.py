@@ -57,6 +57,23 @@ class PrerequisiteError(RuntimeError):
     """Something the local cluster needs is missing (binaries, Go module cache, ...)."""
 
 
+AUDITED_NAMESPACE = "agent-sandbox-audit"
+"""Service accounts of this namespace are audited by the local apiserver (see ``audit_log``)."""
+
+AUDIT_POLICY = f"""\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts:{AUDITED_NAMESPACE}"]
+- level: None
+"""
+"""What the local apiserver audits: only requests of the service accounts of
+:data:`AUDITED_NAMESPACE` (an identity a test creates there to record a controller's API calls),
+so nothing else pays for the audit log."""
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -203,6 +220,9 @@ class LocalCluster(ClusterLifecycle):
         self._admin_tls: ssl.SSLContext | None = None
         #: How to wait until each restartable component is ready again (by process name).
         self._readiness: dict[str, Callable[[ManagedProcess], None]] = {}
+        #: The apiserver's audit log (JSON lines): every request of a service account of
+        #: ``AUDITED_NAMESPACE``, at Metadata level (the RBAC audit test reads it).
+        self.audit_log: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -473,6 +493,7 @@ class LocalCluster(ClusterLifecycle):
             "--profiling=false",
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
+            *self._audit_flags(),
         ]
         process = self.supervisor.start(
             "kube-apiserver",
@@ -496,6 +517,19 @@ class LocalCluster(ClusterLifecycle):
         self._readiness["kube-apiserver"] = self._wait_apiserver_ready
         self._wait_apiserver_ready(process)
         self.timings["kube-apiserver"] = time.monotonic() - begin
+
+    def _audit_flags(self) -> list[str]:
+        """Audit the requests of ``AUDITED_NAMESPACE``'s service accounts at Metadata level."""
+        policy = self._path("audit-policy.yaml")
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log = self._path("logs") / "audit.jsonl"
+        self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
 
     def _wait_apiserver_ready(self, process: ManagedProcess) -> None:
         context = self._admin_tls
