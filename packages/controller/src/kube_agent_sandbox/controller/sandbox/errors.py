@@ -9,7 +9,7 @@ message text is what ends up in the Ready condition, so it matches upstream's wo
 
 from __future__ import annotations
 
-from kube_agent_sandbox.controller.runtime.types import ApiError
+from kube_agent_sandbox.controller.runtime.types import ApiError, TransientError
 
 # Statuses that describe the request itself (bad input, permission, missing namespace):
 # sending the same request again gives the same answer.
@@ -45,7 +45,7 @@ class MultiplePodsError(ChildError):
         self.count = count
 
 
-class SandboxReconcileError(Exception):
+class SandboxReconcileError(TransientError):
     """Raised from ``reconcile`` when a transient error asks for a backoff retry."""
 
 

@@ -31,6 +31,7 @@ from kube_agent_sandbox.controller.runtime.types import (
     Reader,
     Request,
     Result,
+    TransientError,
 )
 from kube_agent_sandbox.controller.sandbox.errors import ChildError, wrap
 from kube_agent_sandbox.controller.sandbox.ownership import quote
@@ -58,7 +59,7 @@ EVENT_NOTE_LIMIT: Final = 1024
 """events.k8s.io/v1 rejects notes longer than 1 kB."""
 
 
-class TemplateReconcileError(Exception):
+class TemplateReconcileError(TransientError):
     """Raised from ``reconcile`` after a transient error, so the queue retries with backoff."""
 
 
