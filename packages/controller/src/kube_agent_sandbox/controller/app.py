@@ -262,7 +262,11 @@ def build_manager(
     if options.leader_elect:
         assert lease_namespace is not None
         leader_election = LeaderElectionConfig(
-            lease_name=c.LEADER_ELECTION_ID, lease_namespace=lease_namespace
+            lease_name=c.LEADER_ELECTION_ID,
+            lease_namespace=lease_namespace,
+            lease_duration=options.leader_elect_lease_duration,
+            renew_deadline=options.leader_elect_renew_deadline,
+            retry_period=options.leader_elect_retry_period,
         )
     try:
         manager = Manager(
@@ -271,6 +275,7 @@ def build_manager(
             metrics_bind_address=options.metrics_bind_address,
             health_bind_address=options.health_probe_bind_address,
             metrics=metrics,
+            sync_period=options.sync_period,
         )
     except ValueError as err:
         raise StartupError("unable to start manager", fields={"error": str(err)}) from err

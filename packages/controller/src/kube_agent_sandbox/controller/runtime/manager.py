@@ -86,6 +86,9 @@ class Manager:
             Controllers added without their own metric set record into it.
         graceful_shutdown_timeout: seconds in-flight reconciles get to finish on stop.
         cache_sync_timeout: seconds informers get for their first LIST.
+        sync_period: seconds between resyncs of every informer (controller-runtime's
+            ``SyncPeriod``: each cached object is handed to the event handlers again, so every
+            primary object is reconciled again); ``<= 0`` disables resyncs.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class Manager:
         metrics: RuntimeMetrics | None = None,
         graceful_shutdown_timeout: float = 30.0,
         cache_sync_timeout: float = 120.0,
+        sync_period: float = 0.0,
     ) -> None:
         self.client = client
         client_metrics = getattr(client, "metrics", None)
@@ -111,6 +115,7 @@ class Manager:
         self._health_bind = parse_bind_address(health_bind_address)
         self.graceful_shutdown_timeout = graceful_shutdown_timeout
         self.cache_sync_timeout = cache_sync_timeout
+        self.sync_period = sync_period
         self._informers: dict[Resource, Informer] = {}
         self._informer_options: dict[Resource, _InformerOptions] = {}
         self._controllers: list[Controller] = []
@@ -172,6 +177,7 @@ class Manager:
             namespace=namespace,
             label_selector=label_selector,
             transform=transform,
+            resync_period=self.sync_period,
         )
         self._informers[resource] = informer
         self._informer_options[resource] = wanted
