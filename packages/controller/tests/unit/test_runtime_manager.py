@@ -298,3 +298,20 @@ async def test_sigterm_stops_gracefully() -> None:
     lease = await api.get(LEASES, "sys", "mgr-lock")
     assert lease["spec"]["holderIdentity"] == ""  # released on the way out
     assert all(c.queue.shutting_down for c in mgr.controllers)
+
+
+async def test_lease_is_renewed_through_the_leader_election_client() -> None:
+    api, lease_api = FakeApi(), FakeApi()
+    await api.create(THINGS, "ns", {"metadata": {"name": "t1"}})
+    rec = Recording()
+    mgr = manager(api, rec, identity="me", leader_election_client=lease_api)
+    run = asyncio.create_task(mgr.run())
+    try:
+        await until(lambda: Request("ns", "t1") in rec.finished)
+        renewals = len(lease_api.calls)
+        await until(lambda: len(lease_api.calls) > renewals + 2)  # renewing
+    finally:
+        mgr.request_stop()
+        await asyncio.wait_for(run, 10)
+    assert {call.plural for call in lease_api.calls} == {"leases"}
+    assert [call for call in api.calls if call.plural == "leases"] == []

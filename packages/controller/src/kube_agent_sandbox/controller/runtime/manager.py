@@ -86,6 +86,10 @@ class Manager:
             Controllers added without their own metric set record into it.
         graceful_shutdown_timeout: seconds in-flight reconciles get to finish on stop.
         cache_sync_timeout: seconds informers get for their first LIST.
+        leader_election_client: the client the Lease is acquired and renewed through (default:
+            ``client``). A client of its own keeps renewals from queueing behind reconcile
+            traffic for a free connection, which under load makes a leader miss its renew
+            deadline and step down.
         sync_period: seconds between resyncs of every informer (controller-runtime's
             ``SyncPeriod``: each cached object is handed to the event handlers again, so every
             primary object is reconciled again); ``<= 0`` disables resyncs.
@@ -102,8 +106,10 @@ class Manager:
         graceful_shutdown_timeout: float = 30.0,
         cache_sync_timeout: float = 120.0,
         sync_period: float = 0.0,
+        leader_election_client: Client | None = None,
     ) -> None:
         self.client = client
+        self.leader_election_client: Client = leader_election_client or client
         client_metrics = getattr(client, "metrics", None)
         if metrics is None and isinstance(client_metrics, RuntimeMetrics):
             metrics = client_metrics
@@ -236,7 +242,7 @@ class Manager:
                 started_everywhere.append(runnable)
             if self.leader_election is not None:
                 self._elector = LeaderElector(
-                    self.client, self.leader_election, metrics=self.metrics
+                    self.leader_election_client, self.leader_election, metrics=self.metrics
                 )
                 if not await self._until_stop(self._elector.acquire()):
                     return
