@@ -252,7 +252,7 @@ def build_manager(
     *,
     metrics: RuntimeMetrics,
     lease_namespace: str | None,
-    lease_client: ApiClient | None = None,
+    lease_client_factory: Callable[[], ApiClient] | None = None,
 ) -> Manager:
     """The manager: leader election on upstream's Lease, metrics and probe servers.
 
@@ -277,7 +277,7 @@ def build_manager(
             health_bind_address=options.health_probe_bind_address,
             metrics=metrics,
             sync_period=options.sync_period,
-            leader_election_client=lease_client,
+            leader_election_client_factory=lease_client_factory,
         )
     except ValueError as err:
         raise StartupError("unable to start manager", fields={"error": str(err)}) from err
@@ -355,19 +355,16 @@ async def run(options: ControllerOptions) -> None:
             resolve_leader_election_namespace(options) if options.leader_elect else None
         )
         metrics = default_metrics()
-        async with (
-            build_client(options, cluster, metrics=metrics) as client,
-            # the Lease is renewed on connections of its own: queued behind reconcile traffic
-            # for a free connection, a busy leader would miss its renew deadline
-            ApiClient(cluster, metrics=metrics, max_connections=2) as lease_client,
-        ):
+        async with build_client(options, cluster, metrics=metrics) as client:
             webhook = await prepare_webhook(options, client)
             manager = build_manager(
                 options,
                 client,
                 metrics=metrics,
                 lease_namespace=lease_namespace,
-                lease_client=lease_client if options.leader_elect else None,
+                # the Lease is renewed on a thread, loop and client of its own: behind the
+                # reconcile work of a busy event loop, a leader misses its renew deadline
+                lease_client_factory=lambda: ApiClient(cluster, metrics=metrics, max_connections=2),
             )
             await setup_sandbox_controller(manager, options)
             if webhook is not None:

@@ -24,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from kube_agent_sandbox.controller.runtime.controller import Controller
+from kube_agent_sandbox.controller.runtime.electorthread import ClientFactory, ElectorThread
 from kube_agent_sandbox.controller.runtime.events import EventSink, Recorder
 from kube_agent_sandbox.controller.runtime.informer import Informer, Transform
 from kube_agent_sandbox.controller.runtime.leaderelection import (
@@ -87,9 +88,12 @@ class Manager:
         graceful_shutdown_timeout: seconds in-flight reconciles get to finish on stop.
         cache_sync_timeout: seconds informers get for their first LIST.
         leader_election_client: the client the Lease is acquired and renewed through (default:
-            ``client``). A client of its own keeps renewals from queueing behind reconcile
-            traffic for a free connection, which under load makes a leader miss its renew
-            deadline and step down.
+            ``client``), on the manager's event loop.
+        leader_election_client_factory: when given, leader election runs on a thread and event
+            loop of its own with a client this factory builds there (see
+            :mod:`.electorthread`): renewals then never wait behind reconcile work, which under
+            load makes a leader miss its renew deadline and step down. Takes precedence over
+            ``leader_election_client``.
         sync_period: seconds between resyncs of every informer (controller-runtime's
             ``SyncPeriod``: each cached object is handed to the event handlers again, so every
             primary object is reconciled again); ``<= 0`` disables resyncs.
@@ -107,9 +111,11 @@ class Manager:
         cache_sync_timeout: float = 120.0,
         sync_period: float = 0.0,
         leader_election_client: Client | None = None,
+        leader_election_client_factory: ClientFactory | None = None,
     ) -> None:
         self.client = client
         self.leader_election_client: Client = leader_election_client or client
+        self.leader_election_client_factory = leader_election_client_factory
         client_metrics = getattr(client, "metrics", None)
         if metrics is None and isinstance(client_metrics, RuntimeMetrics):
             metrics = client_metrics
@@ -135,7 +141,7 @@ class Manager:
         self._stop = asyncio.Event()
         self._started_informers: list[Informer] = []
         self._caches_started = False
-        self._elector: LeaderElector | None = None
+        self._elector: LeaderElector | ElectorThread | None = None
         self.metrics_server: HttpServer | None = None
         self.health_server: HttpServer | None = None
         self.leading = asyncio.Event()
@@ -241,9 +247,16 @@ class Manager:
                 await runnable.start()
                 started_everywhere.append(runnable)
             if self.leader_election is not None:
-                self._elector = LeaderElector(
-                    self.leader_election_client, self.leader_election, metrics=self.metrics
-                )
+                if self.leader_election_client_factory is not None:
+                    self._elector = ElectorThread(
+                        self.leader_election_client_factory,
+                        self.leader_election,
+                        metrics=self.metrics,
+                    )
+                else:
+                    self._elector = LeaderElector(
+                        self.leader_election_client, self.leader_election, metrics=self.metrics
+                    )
                 if not await self._until_stop(self._elector.acquire()):
                     return
                 renewing = asyncio.create_task(self._elector.renew_until_lost())
@@ -366,6 +379,8 @@ class Manager:
             and self.leader_election.release_on_cancel
         ):
             await self._elector.release()
+        if isinstance(self._elector, ElectorThread):
+            await self._elector.close()
         for runnable in reversed(started_everywhere):
             await self._stop_runnable(runnable)
         for server in (self.health_server, self.metrics_server):
