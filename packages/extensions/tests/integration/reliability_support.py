@@ -58,6 +58,44 @@ def controller_identity(runner: ControllerRunner, namespace: str) -> Identity:
     )
 
 
+def leader_election_flow_schema(namespace: str, service_account: str) -> dict[str, Any]:
+    """A FlowSchema putting the controller's Lease requests in the ``leader-election`` level.
+
+    API Priority and Fairness sorts a service account's requests into ``workload-low`` by
+    default, where a controller's Lease renewals queue behind its own reconcile traffic; under
+    load they then miss the renew deadline and the leader steps down. kube-controller-manager's
+    renewals get the ``leader-election`` priority level; this gives the controller's the same.
+    """
+    return {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "FlowSchema",
+        "metadata": {"name": f"agent-sandbox-leader-election-{namespace}"[:63]},
+        "spec": {
+            "priorityLevelConfiguration": {"name": "leader-election"},
+            "matchingPrecedence": 200,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [
+                {
+                    "subjects": [
+                        {
+                            "kind": "ServiceAccount",
+                            "serviceAccount": {"name": service_account, "namespace": namespace},
+                        }
+                    ],
+                    "resourceRules": [
+                        {
+                            "verbs": ["get", "create", "update"],
+                            "apiGroups": ["coordination.k8s.io"],
+                            "resources": ["leases"],
+                            "namespaces": ["*"],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
 @dataclass
 class ControllerProcess:
     """One ``agent-sandbox-controller --extensions`` process and its metrics endpoint."""
@@ -236,7 +274,8 @@ async def check_namespace(
 
     Each claim Ready and bound to a Sandbox it controls, no Sandbox bound twice, every Sandbox
     controlled by an existing claim or the pool (no orphans), the pool's own Sandboxes not
-    above its replicas, and exactly one Pod per Sandbox, each controlled by an existing Sandbox.
+    above its replicas, and exactly one Pod per Sandbox (none when scaled to 0), each controlled
+    by an existing Sandbox.
     """
     problems: list[str] = []
     claim_objs = (await api.list(SANDBOX_CLAIMS, namespace))["items"]
@@ -291,6 +330,7 @@ async def check_namespace(
         name = sandbox["metadata"]["name"]
         if sandbox["metadata"].get("deletionTimestamp"):
             continue
-        if pods_of[name] != 1:
-            problems.append(f"sandbox {name} has {pods_of[name]} pods")
+        wanted = 0 if (sandbox.get("spec") or {}).get("replicas") == 0 else 1
+        if pods_of[name] != wanted:
+            problems.append(f"sandbox {name} has {pods_of[name]} pods, expected {wanted}")
     return problems
