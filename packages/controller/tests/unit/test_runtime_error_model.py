@@ -139,6 +139,7 @@ TRANSIENT: list[tuple[str, Callable[[], BaseException]]] = [
         "409 already exists",
         lambda: error_from_status(409, {"code": 409, "reason": "AlreadyExists"}),
     ),
+    ("403 authorizer not synced", lambda: error_from_status(403, {"code": 403})),
     ("429 throttled", lambda: error_from_status(429, {"code": 429, "reason": "TooManyRequests"})),
     ("500 internal", lambda: error_from_status(500, {"code": 500, "reason": "InternalError"})),
     ("503 unavailable", lambda: error_from_status(503, {"code": 503})),
@@ -223,7 +224,7 @@ async def test_slow_retry_grows_with_the_keys_backoff() -> None:
     ctrl.queue.shutdown()
 
 
-PERMANENT = [400, 403, 404, 405, 422]
+PERMANENT = [400, 404, 405, 413, 422]
 
 
 @pytest.mark.parametrize("status", PERMANENT)

@@ -11,9 +11,9 @@ Failures differ from controller-runtime on purpose (see :mod:`.errors`): only tr
 are retried with the per-key backoff. A programming error (any other exception) is logged with
 its traceback, counted in ``controller_runtime_reconcile_panics_total`` (controller-runtime's
 counter of recovered panics) and retried slowly, as is an API error that repeats until someone
-acts (400, 403, 404, 422): at most once per ``slow_retry`` seconds, longer when the key's
+acts (400, 404, 405, 422): at most once per ``slow_retry`` seconds, longer when the key's
 backoff is longer. Slowly and not never, because the fix may come without an event for this
-key (RBAC granted, a referenced object created, the controller upgraded); not hot, because the
+key (a referenced object created, the controller upgraded); not hot, because the
 same request fails the same way until then.
 """
 

@@ -22,10 +22,12 @@ import aiohttp
 
 from kube_agent_sandbox.controller.runtime.types import ApiError, TerminalError, TransientError
 
-TRANSIENT_STATUSES: Final = frozenset({401, 408, 409, 410, 425, 429})
-"""API statuses below 500 that can heal by retrying: 401 (credentials being rotated), 408
-(request timeout), 409 (conflict, or AlreadyExists while the cache catches up), 410 (an expired
-list continue token), 425 and 429 (throttling). Every 5xx can heal too."""
+TRANSIENT_STATUSES: Final = frozenset({401, 403, 408, 409, 410, 425, 429})
+"""API statuses below 500 that can heal by retrying: 401 (credentials being rotated), 403 (a
+restarted API server refuses requests until its RBAC authorizer has synced: seen for several
+seconds in the restart test; also RBAC being applied), 408 (request timeout), 409 (conflict, or
+AlreadyExists while the cache catches up), 410 (an expired list continue token), 425 and 429
+(throttling). Every 5xx can heal too."""
 
 
 class ErrorClass(enum.Enum):
@@ -34,7 +36,7 @@ class ErrorClass(enum.Enum):
     TRANSIENT = "transient"
     """Can heal by itself: retried with the per-key exponential backoff."""
     PERMANENT = "permanent"
-    """An API answer that repeats until someone changes something (400, 403, 404, 422, ...):
+    """An API answer that repeats until someone changes something (400, 404, 405, 422, ...):
     retried slowly."""
     PROGRAMMING = "programming"
     """A bug in the reconciler (any other exception): logged with its traceback, counted in
