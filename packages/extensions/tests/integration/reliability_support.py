@@ -274,7 +274,7 @@ async def check_namespace(
 
     Each claim Ready and bound to a Sandbox it controls, no Sandbox bound twice, every Sandbox
     controlled by an existing claim or the pool (no orphans), the pool's own Sandboxes not
-    above its replicas, and exactly one Pod per Sandbox (none when scaled to 0), each controlled
+    above its replicas, and exactly one Pod per Sandbox (none when suspended), each controlled
     by an existing Sandbox.
     """
     problems: list[str] = []
@@ -330,7 +330,8 @@ async def check_namespace(
         name = sandbox["metadata"]["name"]
         if sandbox["metadata"].get("deletionTimestamp"):
             continue
-        wanted = 0 if (sandbox.get("spec") or {}).get("replicas") == 0 else 1
+        suspended = (sandbox.get("spec") or {}).get("operatingMode") == c.OPERATING_MODE_SUSPENDED
+        wanted = 0 if suspended else 1
         if pods_of[name] != wanted:
             problems.append(f"sandbox {name} has {pods_of[name]} pods, expected {wanted}")
     return problems

@@ -7,7 +7,7 @@ etcd's history was compacted. A restarted API server starts its watch cache at e
 revision and compaction removes the older history, so the controllers' watches, resuming from
 their last resourceVersion, are refused with 410 Gone and must relist; a change that happened
 in between is only seen through that relist. At the end a checker compares every object with
-what the batches asked for: Sandboxes scaled to 0 have no Pod, the others one Ready Pod with
+what the batches asked for: suspended Sandboxes have no Pod, the others one Ready Pod with
 the template's latest label, deleted ones nothing, and every claim is Ready and bound.
 """
 
@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import pytest
 from reliability_support import check_namespace, claim, ready, setup_pool
 
+from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
@@ -81,7 +82,8 @@ async def api_back(api: ApiClient, namespace: str) -> None:
 
 
 class Expected:
-    """What the batches asked for, per Sandbox: ``None`` deleted, else (replicas, label)."""
+    """What the batches asked for, per Sandbox: ``None`` deleted, else (running 1 / suspended 0,
+    label)."""
 
     def __init__(self) -> None:
         self.sandboxes: dict[str, tuple[int, str] | None] = {}
@@ -99,7 +101,9 @@ class Expected:
         self.sandboxes[name] = (replicas, label)
 
     async def scale(self, api: ApiClient, ns: str, name: str, replicas: int) -> None:
-        await api.patch(SANDBOXES, ns, name, {"spec": {"replicas": replicas}})
+        """Suspend (0) or resume (1) a Sandbox (v1beta1 ``spec.operatingMode``)."""
+        mode = c.OPERATING_MODE_SUSPENDED if replicas == 0 else c.OPERATING_MODE_RUNNING
+        await api.patch(SANDBOXES, ns, name, {"spec": {"operatingMode": mode}})
         _, label = self.sandboxes[name] or (1, "")
         self.sandboxes[name] = (replicas, label)
 
@@ -127,7 +131,7 @@ class Expected:
                 problems.append(f"{name}: sandbox missing")
             elif replicas == 0:
                 if pod is not None and not pod["metadata"].get("deletionTimestamp"):
-                    problems.append(f"{name}: scaled to 0, pod still there")
+                    problems.append(f"{name}: suspended, pod still there")
             elif pod is None:
                 problems.append(f"{name}: no pod")
             elif (pod["metadata"].get("labels") or {}).get("round") != label:
