@@ -71,6 +71,13 @@ UPSTREAM_FLAGS: list[tuple[str, str, Any]] = [
         60.0,
     ),
 ]
+# Reliability flags this implementation adds (docs/guides/reliability.md); durations in seconds.
+ADDED_FLAGS: list[tuple[str, str, Any]] = [
+    ("leader-elect-lease-duration", "leader_elect_lease_duration", 15.0),
+    ("leader-elect-renew-deadline", "leader_elect_renew_deadline", 10.0),
+    ("leader-elect-retry-period", "leader_elect_retry_period", 2.0),
+    ("sync-period", "sync_period", 36000.0),
+]
 ZAP_FLAGS = [
     "zap-devel",
     "zap-encoder",
@@ -82,7 +89,13 @@ ZAP_FLAGS = [
 
 def test_flag_set_is_exactly_upstreams() -> None:
     names = set(build_flagset("p").flags)
-    assert names == {flag for flag, _, _ in UPSTREAM_FLAGS} | set(ZAP_FLAGS)
+    added = {flag for flag, _, _ in ADDED_FLAGS}
+    assert names == {flag for flag, _, _ in UPSTREAM_FLAGS} | set(ZAP_FLAGS) | added
+
+
+@pytest.mark.parametrize(("flag", "attribute", "default"), ADDED_FLAGS)
+def test_added_flags_default(flag: str, attribute: str, default: Any) -> None:
+    assert getattr(parse_args([]), attribute) == default, flag
 
 
 @pytest.mark.parametrize(("flag", "attribute", "default"), UPSTREAM_FLAGS)

@@ -216,7 +216,7 @@ async def test_error_is_retried_with_backoff_and_counted() -> None:
     rec = ScriptedReconciler()
     ctrl = make(rec, metrics)
     req = Request("ns", "p")
-    rec.outcomes[req] = [RuntimeError("boom"), RuntimeError("boom"), Result()]
+    rec.outcomes[req] = [TimeoutError("boom"), ConnectionResetError("boom"), Result()]
     ctrl.start()
     try:
         ctrl.queue.add(req)

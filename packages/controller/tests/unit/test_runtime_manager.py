@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import aiohttp
 import pytest
@@ -269,3 +271,45 @@ async def test_sigterm_stops_gracefully() -> None:
     lease = await api.get(LEASES, "sys", "mgr-lock")
     assert lease["spec"]["holderIdentity"] == ""  # released on the way out
     assert all(c.queue.shutting_down for c in mgr.controllers)
+
+
+async def test_lease_is_renewed_through_the_leader_election_client() -> None:
+    api, lease_api = FakeApi(), FakeApi()
+    await api.create(THINGS, "ns", {"metadata": {"name": "t1"}})
+    rec = Recording()
+    mgr = manager(api, rec, identity="me", leader_election_client=lease_api)
+    run = asyncio.create_task(mgr.run())
+    try:
+        await eventually(lambda: Request("ns", "t1") in rec.finished)
+        renewals = len(lease_api.calls)
+        await eventually(lambda: len(lease_api.calls) > renewals + 2)  # renewing
+    finally:
+        mgr.request_stop()
+        await asyncio.wait_for(run, 10)
+    assert {call.plural for call in lease_api.calls} == {"leases"}
+    assert [call for call in api.calls if call.plural == "leases"] == []
+
+
+async def test_leader_election_can_run_on_a_thread_of_its_own() -> None:
+    api, lease_api = FakeApi(), FakeApi()
+    await api.create(THINGS, "ns", {"metadata": {"name": "t1"}})
+    threads: set[str] = set()
+    lease_api.on_request = lambda *_: threads.add(threading.current_thread().name)
+    rec = Recording()
+    mgr = manager(api, rec, identity="me", leader_election_client_factory=lambda: lease_api)
+    run = asyncio.create_task(mgr.run())
+    try:
+        await eventually(lambda: Request("ns", "t1") in rec.finished)
+        renewals = len(lease_api.calls)
+        await eventually(lambda: len(lease_api.calls) > renewals + 2)
+        # a reconcile hogging the manager's loop does not stop the renewals
+        hog_started = len(lease_api.calls)
+        time.sleep(0.3)  # noqa: ASYNC251 - blocks the manager's loop on purpose
+        assert len(lease_api.calls) > hog_started
+    finally:
+        mgr.request_stop()
+        await asyncio.wait_for(run, 10)
+    assert threads == {"leader-election"}
+    lease = lease_api.obj(LEASES, "mgr-lock", "sys")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == ""  # released on the way out

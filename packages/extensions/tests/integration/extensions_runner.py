@@ -62,7 +62,12 @@ async def run_extensions_controller(
     """
     config = load_kubeconfig(str(kubeconfig))
     async with ApiClient(config, qps=options.kube_api_qps, burst=options.kube_api_burst) as api:
-        manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
+        manager = Manager(
+            api,
+            metrics_bind_address="0",
+            health_bind_address="0",
+            sync_period=options.sync_period,
+        )
         started.append(manager)
         sandbox_setup(manager, options, namespace=namespace)
         for name in names:

@@ -263,6 +263,7 @@ def build_manager(
     *,
     metrics: RuntimeMetrics,
     lease_namespace: str | None,
+    lease_client_factory: Callable[[], ApiClient] | None = None,
 ) -> Manager:
     """The manager: leader election on upstream's Lease, metrics and probe servers.
 
@@ -273,7 +274,11 @@ def build_manager(
     if options.leader_elect:
         assert lease_namespace is not None
         leader_election = LeaderElectionConfig(
-            lease_name=c.LEADER_ELECTION_ID, lease_namespace=lease_namespace
+            lease_name=c.LEADER_ELECTION_ID,
+            lease_namespace=lease_namespace,
+            lease_duration=options.leader_elect_lease_duration,
+            renew_deadline=options.leader_elect_renew_deadline,
+            retry_period=options.leader_elect_retry_period,
         )
     try:
         manager = Manager(
@@ -282,6 +287,8 @@ def build_manager(
             metrics_bind_address=options.metrics_bind_address,
             health_bind_address=options.health_probe_bind_address,
             metrics=metrics,
+            sync_period=options.sync_period,
+            leader_election_client_factory=lease_client_factory,
         )
     except ValueError as err:
         raise StartupError("unable to start manager", fields={"error": str(err)}) from err
@@ -359,7 +366,13 @@ async def run(options: ControllerOptions) -> None:
         async with build_client(options, cluster, metrics=metrics) as client:
             webhook = await prepare_webhook(options, client)
             manager = build_manager(
-                options, client, metrics=metrics, lease_namespace=lease_namespace
+                options,
+                client,
+                metrics=metrics,
+                lease_namespace=lease_namespace,
+                # the Lease is renewed on a thread, loop and client of its own: behind the
+                # reconcile work of a busy event loop, a leader misses its renew deadline
+                lease_client_factory=lambda: ApiClient(cluster, metrics=metrics, max_connections=2),
             )
             setup_sandbox_controller(manager, options)
             if webhook is not None:

@@ -86,6 +86,28 @@ class ControllerOptions:
         "",
         "The namespace in which the leader election resource will be created.",
     )
+    leader_elect_lease_duration: float = _duration_flag(
+        "leader-elect-lease-duration",
+        15.0,
+        "How long a standby waits after the last observed renewal before taking the lease "
+        "(also the longest a failover takes).",
+    )
+    leader_elect_renew_deadline: float = _duration_flag(
+        "leader-elect-renew-deadline",
+        10.0,
+        "How long the leader retries renewing the lease before it gives up leading.",
+    )
+    leader_elect_retry_period: float = _duration_flag(
+        "leader-elect-retry-period",
+        2.0,
+        "How often candidates try to acquire or renew the lease.",
+    )
+    sync_period: float = _duration_flag(
+        "sync-period",
+        36000.0,
+        "How often every cached object is reconciled again even without a change "
+        "(controller-runtime's SyncPeriod, jittered by 10%; 0 disables).",
+    )
     metrics_bind_address: str = _flag(
         "metrics-bind-address", ":8080", "The address the metric endpoint binds to."
     )
@@ -465,6 +487,20 @@ def validate(options: ControllerOptions) -> list[str]:
             f"experience client-side throttling. (totalWorkers={total}, "
             f"kubeAPIBurst={options.kube_api_burst})"
         )
+    if options.sync_period < 0:
+        raise ConfigError("sync-period must be >= 0 (0 disables periodic resync)")
+    if options.leader_elect:
+        lease = options.leader_elect_lease_duration
+        renew = options.leader_elect_renew_deadline
+        retry = options.leader_elect_retry_period
+        if min(lease, renew, retry) <= 0:
+            raise ConfigError(
+                "leader election lease duration, renew deadline and retry period must be positive"
+            )
+        if lease <= renew:
+            raise ConfigError("leader-elect-lease-duration must be greater than renew deadline")
+        if renew <= 1.2 * retry:
+            raise ConfigError("leader-elect-renew-deadline must be greater than 1.2 * retry period")
     for name, address in (
         ("metrics-bind-address", options.metrics_bind_address),
         ("health-probe-bind-address", options.health_probe_bind_address),

@@ -5,6 +5,16 @@ key of their controller owner when the owner's group and kind (any version) are 
 watched resources map through user functions. Workers take keys from a :class:`WorkQueue` and
 call the reconciler; the result decides what happens to the key (forget, delayed re-add,
 rate-limited retry), as in controller-runtime, and the same metrics are recorded.
+
+Failures differ from controller-runtime on purpose (see :mod:`.errors`): only transient ones
+(conflicts, throttling, 5xx, timeouts, dropped connections, a reconciler's ``TransientError``)
+are retried with the per-key backoff. A programming error (any other exception) is logged with
+its traceback, counted in ``controller_runtime_reconcile_panics_total`` (controller-runtime's
+counter of recovered panics) and retried slowly, as is an API error that repeats until someone
+acts (400, 404, 405, 422): at most once per ``slow_retry`` seconds, longer when the key's
+backoff is longer. Slowly and not never, because the fix may come without an event for this
+key (a referenced object created, the controller upgraded); not hot, because the
+same request fails the same way until then.
 """
 
 from __future__ import annotations
@@ -14,7 +24,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
+from kube_agent_sandbox.controller.runtime.errors import ErrorClass, classify
 from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
 from kube_agent_sandbox.controller.runtime.objects import (
@@ -33,7 +45,6 @@ from kube_agent_sandbox.controller.runtime.types import (
     Request,
     Resource,
     Result,
-    TerminalError,
 )
 from kube_agent_sandbox.controller.runtime.workqueue import QueueShutDown, WorkQueue
 
@@ -44,6 +55,9 @@ InformerSource = Callable[[Resource], Informer]
 
 Owned = Resource | tuple[Resource, Predicate | None]
 Watched = tuple[Resource, Mapper]
+
+SLOW_RETRY: Final = 60.0
+"""Seconds at least between retries of a failure that retrying soon cannot fix."""
 
 
 def _pass(predicate: Predicate | None, old: Obj | None, new: Obj | None) -> bool:
@@ -71,6 +85,8 @@ class Controller:
         rate_limiter: retry policy of the queue (controller-runtime's default if omitted).
         metrics: metric set; when omitted, the manager's (see :meth:`use_metrics`), else the
             process default.
+        slow_retry: seconds at least before a programming error or a permanent API error is
+            retried (longer when the key's backoff already is).
 
     Raises:
         ValueError: if ``workers`` is not positive.
@@ -88,9 +104,13 @@ class Controller:
         watches: Sequence[Watched] = (),
         rate_limiter: RateLimiter | None = None,
         metrics: RuntimeMetrics | None = None,
+        slow_retry: float = SLOW_RETRY,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be positive, got {workers}")
+        if slow_retry <= 0:
+            raise ValueError(f"slow_retry must be positive, got {slow_retry}")
+        self.slow_retry = slow_retry
         self.name = name
         self.for_resource = for_resource
         self.reconciler = reconciler
@@ -128,6 +148,7 @@ class Controller:
         self._m_time = m.reconcile_time_seconds.labels(controller=name)
         self._m_errors = m.reconcile_errors_total.labels(controller=name)
         self._m_terminal = m.terminal_reconcile_errors_total.labels(controller=name)
+        self._m_panics = m.reconcile_panics_total.labels(controller=name)
         self._m_result = {
             r: m.reconcile_total.labels(controller=name, result=r)
             for r in ("success", "error", "requeue", "requeue_after")
@@ -264,16 +285,37 @@ class Controller:
                 self.queue.done(req)
 
     def _reconcile_failed(self, req: Request, exc: BaseException) -> None:
-        """Count a failed reconcile and retry it with the per-key backoff."""
+        """Count a failed reconcile and requeue it as its error class asks."""
+        kind = classify(exc)
         self._m_errors.inc()
         self._m_result["error"].inc()
-        self.queue.add_rate_limited(req)
-        logger.error(
-            "Reconciler error: %s",
-            exc,
-            exc_info=exc,
-            extra={"controller": self.name, "request": str(req)},
-        )
+        extra = {"controller": self.name, "request": str(req), "errorClass": kind.value}
+        if kind is ErrorClass.TERMINAL:
+            self._m_terminal.inc()
+            self.queue.forget(req)
+            logger.error("Reconciler error (terminal, not requeued): %s", exc, extra=extra)
+            return
+        if kind is ErrorClass.TRANSIENT:
+            self.queue.add_rate_limited(req)
+            logger.error("Reconciler error: %s", exc, exc_info=exc, extra=extra)
+            return
+        # permanent or a bug: the same request fails the same way; retry slowly
+        delay = max(self.slow_retry, self.queue.rate_limiter.when(req))
+        self.queue.add_after(req, delay)
+        if kind is ErrorClass.PROGRAMMING:
+            self._m_panics.inc()
+            logger.error(
+                "Reconciler bug (%s), retrying in %.0fs: %s",
+                type(exc).__name__,
+                delay,
+                exc,
+                exc_info=exc,
+                extra=extra,
+            )
+        else:
+            logger.error(
+                "Reconciler error (permanent), retrying in %.0fs: %s", delay, exc, extra=extra
+            )
 
     async def reconcile_one(self, req: Request) -> None:
         """Reconcile one request and requeue it as the outcome asks (never raises)."""
@@ -283,16 +325,6 @@ class Controller:
             if not isinstance(result, Result):
                 # handled here, as an error: raised from the else branch it would end the worker
                 raise TypeError(f"reconciler returned {result!r}, not a Result")
-        except TerminalError as exc:
-            self._m_errors.inc()
-            self._m_terminal.inc()
-            self._m_result["error"].inc()
-            self.queue.forget(req)
-            logger.error(
-                "Reconciler error (terminal, not requeued): %s",
-                exc,
-                extra={"controller": self.name, "request": str(req)},
-            )
         except ApiError as exc:
             if not exc.namespace_terminating:
                 self._reconcile_failed(req, exc)
@@ -309,8 +341,8 @@ class Controller:
             task = asyncio.current_task()
             if isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling()):
                 raise  # this worker is being stopped
-            # (a CancelledError of some awaited task that was cancelled by someone else is an
-            # error of this reconcile: retried, and it must not end the worker)
+            # (a CancelledError of some awaited task that was cancelled by someone else is a
+            # transient error of this reconcile: retried, and it must not end the worker)
             self._reconcile_failed(req, exc)
         else:
             if result.requeue_after is not None and result.requeue_after > 0:

@@ -4,7 +4,10 @@ Reconcilers read from this cache instead of the API server. It LISTs in pages (l
 ``continue``), then WATCHes from the list's resourceVersion with bookmarks; after a dropped
 stream it resumes from the last resourceVersion it saw; when the server answers 410 Gone (the
 version was compacted) it lists again and tells its handlers about every change it missed,
-deletions included. Objects are stripped of ``metadata.managedFields`` (and whatever a
+deletions included. With a resync period, every cached object is handed to the handlers' update
+callback again (old and new the same object) once per period, jittered, as client-go's resync:
+drift that no watch event reports (e.g. a child that an event predicate stopped matching) is
+reconciled again. Objects are stripped of ``metadata.managedFields`` (and whatever a
 per-resource transform removes) and, by default, kept as compact JSON bytes: a decoded Kubernetes
 object costs 2-4 times its JSON size in Python dicts and strings, and 10k Sandboxes plus their
 Pods must fit in the controller's memory budget. Reads decode (orjson, a few microseconds per
@@ -21,7 +24,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -43,6 +46,12 @@ Transform = Callable[[Obj], Obj]
 """Rewrites an object before it is cached (may mutate and return its argument)."""
 
 _Key = tuple[str, str]
+
+RESYNC_JITTER: Final = 0.1
+"""Each resync waits the period times a random factor in ``[1 - j, 1 + j)`` (controller-runtime
+jitters its SyncPeriod by 10% so that replicas and informers do not resync in lockstep)."""
+_RESYNC_CHUNK: Final = 256
+"""Objects handed to the handlers before yielding to the event loop during a resync."""
 
 
 def _too_large_resource_version(exc: ApiError) -> bool:
@@ -87,6 +96,8 @@ class Informer:
         compact: store objects as JSON bytes (small; reads decode a copy). False keeps the
             decoded dicts (faster reads, 2-4x the memory; returned objects are then shared and
             must not be mutated).
+        resync_period: seconds between resyncs (jittered by :data:`RESYNC_JITTER`); ``<= 0``
+            disables them.
     """
 
     def __init__(
@@ -101,8 +112,10 @@ class Informer:
         watch_timeout: float = 300.0,
         retry_backoff: float = 0.8,
         compact: bool = True,
+        resync_period: float = 0.0,
     ) -> None:
         self.source = source
+        self.resync_period = resync_period
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -119,9 +132,12 @@ class Informer:
         self._rv: str | None = None
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._resync_task: asyncio.Task[None] | None = None
         self._stopping = False
         self.relists = 0
         """How many times the informer listed (1 + relists after 410 Gone)."""
+        self.resyncs = 0
+        """How many periodic resyncs were dispatched."""
 
     # -- configuration ----------------------------------------------------------------------
     def add_index(self, name: str, func: IndexFunc) -> None:
@@ -231,20 +247,58 @@ class Informer:
         await self._synced.wait()
 
     def start(self) -> asyncio.Task[None]:
-        """Start the list/watch loop in a task (idempotent)."""
+        """Start the list/watch loop (and the resync loop, if any) in tasks (idempotent)."""
         if self._task is None or self._task.done():
             self._stopping = False
             self._task = asyncio.create_task(self.run(), name=f"informer-{self.resource.plural}")
+        if self.resync_period > 0 and (self._resync_task is None or self._resync_task.done()):
+            self._resync_task = asyncio.create_task(
+                self._resync_loop(), name=f"informer-{self.resource.plural}-resync"
+            )
         return self._task
 
     async def stop(self) -> None:
-        """Stop the loop; the cache keeps its content."""
+        """Stop the loops; the cache keeps its content."""
         self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._resync_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._resync_task = None
+
+    async def _resync_loop(self) -> None:
+        await self._synced.wait()
+        while not self._stopping:
+            factor = random.uniform(1.0 - RESYNC_JITTER, 1.0 + RESYNC_JITTER)
+            await asyncio.sleep(self.resync_period * factor)
+            await self.resync()
+
+    async def resync(self) -> int:
+        """Hand every cached object to the handlers' ``on_update`` as ``(obj, obj)``.
+
+        Objects are read one by one from the live store (a watch event handled between two
+        chunks is not undone), yielding to the event loop every few hundred objects.
+
+        Returns:
+            How many objects were dispatched.
+        """
+        keys = [(ns, name) for ns, objs in self._store.items() for name in objs]
+        dispatched = 0
+        for i, (ns, name) in enumerate(keys):
+            if i and i % _RESYNC_CHUNK == 0:
+                await asyncio.sleep(0)
+            packed = self._store.get(ns, {}).get(name)
+            if packed is None:
+                continue  # deleted meanwhile; its delete was dispatched
+            obj = self._unpack(packed)
+            for h in self._handlers:
+                if h.on_update is not None:
+                    self._call(h.on_update, obj, obj)
+            dispatched += 1
+        self.resyncs += 1
+        logger.debug("%s: resynced %d objects", self.resource.plural, dispatched)
+        return dispatched
 
     async def run(self) -> None:
         """List and watch until cancelled."""

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
 from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Resource
@@ -288,21 +288,41 @@ class LeaderElector:
         Raises:
             LeaderElectionLost: if renewing failed while ``lead`` was still running.
         """
-        await self.acquire()
-        leading = asyncio.ensure_future(lead())
-        renewing = asyncio.ensure_future(self.renew_until_lost())
-        try:
-            done, _ = await asyncio.wait({leading, renewing}, return_when=asyncio.FIRST_COMPLETED)
-            if renewing in done:
-                leading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await leading
-                raise LeaderElectionLost(self.config.lease_name)
-            leading.result()
-        finally:
-            for task in (leading, renewing):
-                task.cancel()
-            # the leader work finishes (its clean-up included) before the Lease is released
-            await asyncio.wait({leading, renewing})
-            if self.config.release_on_cancel:
-                await asyncio.shield(self.release())
+        await run_elected(self, lead)
+
+
+class Elector(Protocol):
+    """What :func:`run_elected` drives: :class:`LeaderElector` or one on its own thread."""
+
+    config: LeaderElectionConfig
+
+    async def acquire(self) -> None:
+        """Block until this candidate holds the Lease."""
+
+    async def renew_until_lost(self) -> None:
+        """Renew until a renewal failed for the renew deadline."""
+
+    async def release(self) -> bool:
+        """Give the Lease up."""
+
+
+async def run_elected(elector: Elector, lead: Callable[[], Awaitable[object]]) -> None:
+    """The body of :meth:`LeaderElector.run`, for any :class:`Elector`."""
+    await elector.acquire()
+    leading = asyncio.ensure_future(lead())
+    renewing = asyncio.ensure_future(elector.renew_until_lost())
+    try:
+        done, _ = await asyncio.wait({leading, renewing}, return_when=asyncio.FIRST_COMPLETED)
+        if renewing in done:
+            leading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await leading
+            raise LeaderElectionLost(elector.config.lease_name)
+        leading.result()
+    finally:
+        for task in (leading, renewing):
+            task.cancel()
+        # the leader work finishes (its clean-up included) before the Lease is released
+        await asyncio.wait({leading, renewing})
+        if elector.config.release_on_cancel:
+            await asyncio.shield(elector.release())

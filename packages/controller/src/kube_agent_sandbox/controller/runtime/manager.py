@@ -24,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from kube_agent_sandbox.controller.runtime.controller import Controller
+from kube_agent_sandbox.controller.runtime.electorthread import ClientFactory, ElectorThread
 from kube_agent_sandbox.controller.runtime.events import EventSink, Recorder
 from kube_agent_sandbox.controller.runtime.informer import Informer, Transform
 from kube_agent_sandbox.controller.runtime.leaderelection import (
@@ -89,6 +90,16 @@ class Manager:
         namespace: cache (and so reconcile) only this namespace, like controller-runtime's
             ``cache.Options.DefaultNamespaces``; every namespace when None. An informer asked
             for with its own ``namespace`` keeps it.
+        leader_election_client: the client the Lease is acquired and renewed through (default:
+            ``client``), on the manager's event loop.
+        leader_election_client_factory: when given, leader election runs on a thread and event
+            loop of its own with a client this factory builds there (see
+            :mod:`.electorthread`): renewals then never wait behind reconcile work, which under
+            load makes a leader miss its renew deadline and step down. Takes precedence over
+            ``leader_election_client``.
+        sync_period: seconds between resyncs of every informer (controller-runtime's
+            ``SyncPeriod``: each cached object is handed to the event handlers again, so every
+            primary object is reconciled again); ``<= 0`` disables resyncs.
     """
 
     def __init__(
@@ -102,8 +113,13 @@ class Manager:
         graceful_shutdown_timeout: float = 30.0,
         cache_sync_timeout: float = 120.0,
         namespace: str | None = None,
+        sync_period: float = 0.0,
+        leader_election_client: Client | None = None,
+        leader_election_client_factory: ClientFactory | None = None,
     ) -> None:
         self.client = client
+        self.leader_election_client: Client = leader_election_client or client
+        self.leader_election_client_factory = leader_election_client_factory
         client_metrics = getattr(client, "metrics", None)
         if metrics is None and isinstance(client_metrics, RuntimeMetrics):
             metrics = client_metrics
@@ -116,6 +132,7 @@ class Manager:
         self.graceful_shutdown_timeout = graceful_shutdown_timeout
         self.cache_sync_timeout = cache_sync_timeout
         self.namespace = namespace
+        self.sync_period = sync_period
         self._informers: dict[Resource, Informer] = {}
         self._informer_options: dict[Resource, _InformerOptions] = {}
         self._controllers: list[Controller] = []
@@ -129,7 +146,7 @@ class Manager:
         self._stop = asyncio.Event()
         self._started_informers: list[Informer] = []
         self._caches_started = False
-        self._elector: LeaderElector | None = None
+        self._elector: LeaderElector | ElectorThread | None = None
         self.metrics_server: HttpServer | None = None
         self.health_server: HttpServer | None = None
         self.leading = asyncio.Event()
@@ -182,6 +199,7 @@ class Manager:
             namespace=namespace,
             label_selector=label_selector,
             transform=transform,
+            resync_period=self.sync_period,
         )
         self._informers[resource] = informer
         self._informer_options[resource] = wanted
@@ -242,11 +260,20 @@ class Manager:
             if self.leader_election is None:
                 await self._lead()
             else:
-                self._elector = LeaderElector(
-                    self.client, self.leader_election, metrics=self.metrics
-                )
+                if self.leader_election_client_factory is not None:
+                    self._elector = ElectorThread(
+                        self.leader_election_client_factory,
+                        self.leader_election,
+                        metrics=self.metrics,
+                    )
+                else:
+                    self._elector = LeaderElector(
+                        self.leader_election_client, self.leader_election, metrics=self.metrics
+                    )
                 await self._run_elected(self._elector)
         finally:
+            if isinstance(self._elector, ElectorThread):
+                await self._elector.close()
             for runnable in reversed(started_everywhere):
                 await self._stop_runnable(runnable)
             for server in (self.health_server, self.metrics_server):
@@ -254,7 +281,7 @@ class Manager:
                     await server.stop()
             logger.info("manager stopped")
 
-    async def _run_elected(self, elector: LeaderElector) -> None:
+    async def _run_elected(self, elector: LeaderElector | ElectorThread) -> None:
         """Run :meth:`_lead` as the Lease holder; a stop before leading withdraws the candidacy."""
         election = asyncio.ensure_future(elector.run(self._lead))
         stop_wait = asyncio.create_task(self._stop.wait())

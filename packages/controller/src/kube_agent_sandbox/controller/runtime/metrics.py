@@ -87,6 +87,14 @@ class RuntimeMetrics:
             ["controller"],
             registry=reg,
         )
+        self.reconcile_panics_total = Counter(
+            "controller_runtime_reconcile_panics_total",
+            "Total number of reconciliation panics per controller",
+            ["controller"],
+            registry=reg,
+        )
+        """Here: reconciles that raised a programming error (not an API, network or
+        transient error), the Python counterpart of a recovered Go panic."""
         self.reconcile_time_seconds = Histogram(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",

@@ -93,6 +93,16 @@ class TerminalError(Exception):
     """
 
 
+class TransientError(Exception):
+    """A reconcile error that retrying soon may fix: requeued with the per-key backoff.
+
+    Reconcilers raise a subclass after a failure they judged transient (a conflict, an
+    unavailable server, a write the cache has not shown yet). Every other exception that is not
+    an :class:`ApiError` or a network error counts as a programming error (see
+    :mod:`kube_agent_sandbox.controller.runtime.errors`).
+    """
+
+
 class ApiError(Exception):
     """An error status from the API server.
 

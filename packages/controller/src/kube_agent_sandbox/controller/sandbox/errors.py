@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kube_agent_sandbox.controller.runtime.types import ApiError
+from kube_agent_sandbox.controller.runtime.types import ApiError, TransientError
 
 # Statuses that describe the request itself (bad input, permission, missing namespace):
 # sending the same request again gives the same answer.
@@ -53,7 +53,7 @@ class MultiplePodsError(ChildError):
         self.count = count
 
 
-class SandboxReconcileError(Exception):
+class SandboxReconcileError(TransientError):
     """Raised from ``reconcile`` when a transient error asks for a backoff retry."""
 
 

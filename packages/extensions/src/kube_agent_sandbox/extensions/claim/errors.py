@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime.types import TransientError
 from kube_agent_sandbox.controller.sandbox.ownership import quote
 
 NOT_FOUND_REQUEUE: Final = 60.0
@@ -23,7 +24,7 @@ CREATE_PENDING_REQUEUE: Final = 0.2
 __all__ = ["quote"]  # re-exported: the reconciler quotes names like the errors do
 
 
-class ClaimError(Exception):
+class ClaimError(TransientError):
     """A failed claim pass.
 
     Attributes:

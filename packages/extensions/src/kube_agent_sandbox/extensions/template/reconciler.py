@@ -32,6 +32,7 @@ from kube_agent_sandbox.controller.runtime.types import (
     Reader,
     Request,
     Result,
+    TransientError,
 )
 from kube_agent_sandbox.controller.sandbox.errors import ChildError, wrap
 from kube_agent_sandbox.controller.sandbox.ownership import quote
@@ -54,7 +55,7 @@ DEFAULT_ERROR_REQUEUE: Final = 60.0
 """Seconds before re-checking a template whose error only a user can fix."""
 
 
-class TemplateReconcileError(Exception):
+class TemplateReconcileError(TransientError):
     """Raised from ``reconcile`` after a transient error, so the queue retries with backoff."""
 
 

@@ -31,6 +31,7 @@ from kube_agent_sandbox.controller.runtime.types import (
     Reader,
     Request,
     Result,
+    TransientError,
 )
 from kube_agent_sandbox.extensions.common.blueprint import (
     ON_REPLENISH,
@@ -87,7 +88,7 @@ def _namespace_terminating(error: BaseException) -> bool:
     return isinstance(error, ApiError) and error.namespace_terminating
 
 
-class WarmPoolReconcileError(Exception):
+class WarmPoolReconcileError(TransientError):
     """One or more writes of a pass failed; the pass is retried with backoff."""
 
     def __init__(self, errors: list[BaseException]) -> None:
