@@ -73,6 +73,9 @@ class BenchResult:
         details: Extra data for the JSON report (samples, timelines, raw metrics).
         notes: Free-text remarks printed under the table (caveats, problems met).
         error: Why the benchmark could not run or finish (None when it did).
+        failures: Correctness failures (a claim lost or bound twice, a create too many): the
+            run exits non-zero when any benchmark has one, whatever its speed.
+        seconds: Wall time the benchmark took.
     """
 
     name: str
@@ -81,6 +84,7 @@ class BenchResult:
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def add(
@@ -114,10 +118,11 @@ class BenchResult:
         return metric
 
 
-def _fmt(value: float | None) -> str:
+def format_value(value: float | None) -> str:
+    """A number as the tables show it: thousands separators, fewer decimals as it grows."""
     if value is None:
         return "n/a"
-    if float(value).is_integer() and abs(value) >= 1:
+    if float(value).is_integer():
         return f"{int(value):,}"
     if abs(value) >= 100:
         return f"{value:,.0f}"
@@ -129,7 +134,7 @@ def _fmt(value: float | None) -> str:
 def table_rows(result: BenchResult) -> list[list[str]]:
     """The metric rows of a result as strings: metric, value, unit, target, status, note."""
     return [
-        [m.name, _fmt(m.value), m.unit, m.target or "", m.status or "", m.note]
+        [m.name, format_value(m.value), m.unit, m.target or "", m.status or "", m.note]
         for m in result.metrics
     ]
 
@@ -173,6 +178,7 @@ def render_text(result: BenchResult) -> str:
     if result.metrics:
         out.append(text_table(result))
     out += [f"note: {n}" for n in result.notes]
+    out += [f"FAILED: {f}" for f in result.failures]
     if result.error:
         out.append(f"ERROR: {result.error}")
     return "\n".join(out)
@@ -243,6 +249,9 @@ def render_markdown(results: Sequence[BenchResult], *, started: dt.datetime) -> 
             out += [markdown_table(result), ""]
         if result.notes:
             out += [f"- {n}" for n in result.notes]
+            out.append("")
+        if result.failures:
+            out += [f"- **FAILED:** {f}" for f in result.failures]
             out.append("")
         if result.error:
             out += [f"**Could not complete:** {result.error}", ""]
