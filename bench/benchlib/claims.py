@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from benchlib.clusterenv import NAMESPACE
 from benchlib.harness import Context, ControllerSpec, run_scenario
-from benchlib.promtext import request_delta, writes
+from benchlib.promtext import WRITE_VERBS, Scrape, request_delta, writes
 from benchlib.report import BenchResult, at_most
 from benchlib.stats import sustained_rate
 from benchlib.tracker import SandboxTracker
@@ -118,6 +118,7 @@ async def measure_claims(ctx: Context, client: ApiClient, sizes: ClaimSizes) -> 
     """Send the claims, time them, check their binding, and count the API requests spent."""
     result = ctx.result
     requests_before = ctx.api_requests()
+    controller_before = _controller_writes(await ctx.controller_metrics())
     tracker = SandboxTracker(client, NAMESPACE, resource=SANDBOX_CLAIMS)
     await tracker.start()
     try:
@@ -201,3 +202,18 @@ async def measure_claims(ctx: Context, client: ApiClient, sizes: ClaimSizes) -> 
         key="apiserver_requests_per_claim",
     )
     result.details["apiserver_writes_total"] = writes(delta)
+    controller_after = _controller_writes(await ctx.controller_metrics())
+    if controller_before is not None and controller_after is not None and created:
+        result.add(
+            "controller writes per warm claim",
+            (controller_after - controller_before) / len(created),
+            note="its rest_client_requests_total, refill included",
+        )
+
+
+def _controller_writes(metrics: Scrape | None) -> float | None:
+    """Mutating requests the controller's own client has sent so far (None without metrics)."""
+    if metrics is None:
+        return None
+    return sum(metrics.total("rest_client_requests_total", method=verb) or 0.0
+               for verb in sorted(WRITE_VERBS))  # fmt: skip

@@ -34,6 +34,12 @@ from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 IDLE_TARGET_MIB = 45.0
 PER_10K_TARGET_MIB = 55.0
 CREATE_CONCURRENCY = 50
+MIN_STEP_FOR_TARGET = 2000
+"""Below this many Sandboxes, fixed costs (buffers, allocator arenas) dominate the growth and
+scaling it to 10k says nothing: the row is shown without a target."""
+RELIST_LOG = "relisting"
+"""What this project's informers log when a watch cannot resume (counted in the controller's
+log; another controller's log may say something else)."""
 
 
 @dataclass(frozen=True)
@@ -125,13 +131,16 @@ async def _measure(ctx: Context, sizes: MemorySizes) -> None:
     top = max(sizes.steps)
     if idle is not None and at_top is not None:
         per_10k = (at_top - idle) * 10_000 / top
+        judged = top >= MIN_STEP_FOR_TARGET
         result.add(
             "RSS growth per 10k Sandboxes + Pods",
             per_10k,
             "MiB",
-            target=f"<= {PER_10K_TARGET_MIB:g} MiB",
+            target=f"<= {PER_10K_TARGET_MIB:g} MiB" if judged else None,
             check=at_most(PER_10K_TARGET_MIB),
-            note="measured" if top == 10_000 else f"scaled from {top:,}",
+            note="measured"
+            if top == 10_000
+            else f"scaled from {top:,}" + ("" if judged else ": fixed costs dominate, not judged"),
         )
     await _relist(ctx, sizes, top)
     ctx.series["rss_marks"] = (
@@ -144,6 +153,8 @@ async def _measure(ctx: Context, sizes: MemorySizes) -> None:
 async def _relist(ctx: Context, sizes: MemorySizes, top: int) -> None:
     result = ctx.result
     before = len(ctx.sampler.samples)
+    logged = _log_count(ctx, RELIST_LOG)
+    gets = await _controller_gets(ctx)
     began = time.monotonic()
     # From this (the main) thread: the supervisor ties a child to the thread that started it.
     ctx.env.restart_apiserver()
@@ -163,3 +174,28 @@ async def _relist(ctx: Context, sizes: MemorySizes, top: int) -> None:
     result.add("LIST sandboxes after the restart", lists["sandboxes"],
                note="every client; >= 1 shows the relist")  # fmt: skip
     result.add("LIST pods after the restart", lists["pods"], note="every client")
+    gets_after = await _controller_gets(ctx)
+    result.add(
+        "controller GET requests during the relist",
+        None if gets is None or gets_after is None else gets_after - gets,
+        note="its rest_client_requests_total: lists and watches, nothing else runs",
+    )
+    result.add(
+        "informer relists in the controller's log",
+        _log_count(ctx, RELIST_LOG) - logged,
+        note=f"lines with {RELIST_LOG!r} (this project's informers)",
+    )
+
+
+def _log_count(ctx: Context, needle: str) -> int:
+    try:
+        return ctx.controller.log_path.read_text(errors="replace").count(needle)
+    except OSError:
+        return 0
+
+
+async def _controller_gets(ctx: Context) -> float | None:
+    metrics = await ctx.controller_metrics()
+    if metrics is None:
+        return None
+    return metrics.total("rest_client_requests_total", method="GET")

@@ -1,20 +1,18 @@
-"""Results of one benchmark run and how they are printed and stored.
+"""Results of one benchmark run, how they are printed, and the machine they were taken on.
 
 A benchmark returns a :class:`BenchResult`: its parameters and a list of :class:`Metric` rows,
 each with an optional target. Targets never fail a run; they are shown as PASS or MISS next to
 the measured value so that a reader sees at once where the implementation stands.
+:mod:`benchlib.results` writes them to files.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
 import platform
-import shutil
 import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -225,62 +223,3 @@ def _git_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")
-
-
-def render_markdown(results: Sequence[BenchResult], *, started: dt.datetime) -> str:
-    """The whole report in Markdown."""
-    env = environment()
-    out = [
-        f"# Benchmark report {started.strftime('%Y-%m-%d %H:%M:%S UTC')}",
-        "",
-        f"Machine: {env['cpus']} CPUs, {env['memory_bytes'] / 2**30:.1f} GiB, "
-        f"Python {env['python']}, load average at the end {env['loadavg_at_end']}, "
-        f"commit {env['git']}.",
-        "Targets are reported as PASS/MISS; missing one does not fail the run.",
-    ]
-    for result in results:
-        out += ["", f"## {result.name}", ""]
-        if result.params:
-            out.append("Parameters: " + ", ".join(f"`{k}={v}`" for k, v in result.params.items()))
-            out.append("")
-        out.append(f"Duration: {result.seconds:.1f} s")
-        out.append("")
-        if result.metrics:
-            out += [markdown_table(result), ""]
-        if result.notes:
-            out += [f"- {n}" for n in result.notes]
-            out.append("")
-        if result.failures:
-            out += [f"- **FAILED:** {f}" for f in result.failures]
-            out.append("")
-        if result.error:
-            out += [f"**Could not complete:** {result.error}", ""]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def write_report(
-    results: Sequence[BenchResult], *, reports_dir: Path, started: dt.datetime
-) -> Path:
-    """Write ``<reports_dir>/<timestamp>/report.{json,md}`` and ``<reports_dir>/latest.md``.
-
-    Args:
-        results: What the benchmarks produced.
-        reports_dir: The reports directory (git-ignored).
-        started: When the run started (names the directory).
-
-    Returns:
-        The directory written.
-    """
-    target = reports_dir / started.strftime("%Y%m%dT%H%M%SZ")
-    target.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "started": started.isoformat(),
-        "environment": environment(),
-        "results": [asdict(r) for r in results],
-    }
-    (target / "report.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    markdown = render_markdown(results, started=started)
-    (target / "report.md").write_text(markdown)
-    latest = reports_dir / "latest.md"
-    shutil.copyfile(target / "report.md", latest)
-    return target
