@@ -62,6 +62,42 @@ def comparison_rows(ours: BenchResult, other: BenchResult) -> list[list[str]]:
     return rows
 
 
+BREAKDOWNS = (
+    ("apiserver_requests_per_claim", "warm claim"),
+    ("apiserver_requests_per_sandbox", "cold Sandbox"),
+)
+"""Per-unit request breakdowns a scenario may store in ``details``, and what the unit is."""
+BREAKDOWN_ROWS = 12
+
+
+def breakdown_table(runs: Sequence[BenchResult], key: str, unit: str) -> str | None:
+    """kube-apiserver requests per unit by ``VERB resource``, one column per controller.
+
+    Args:
+        runs: One result, or ours then the other's.
+        key: The breakdown's key in ``details``.
+        unit: What one unit is (for the heading).
+
+    Returns:
+        A Markdown table of the largest rows (of the first run), or None when no run has it.
+    """
+    tables = [run.details.get(key) or {} for run in runs]
+    if not any(tables):
+        return None
+    order = list(tables[0]) + [k for t in tables[1:] for k in t if k not in tables[0]]
+    labels = [str(run.params.get("controller", "")) for run in runs]
+    lines = [
+        f"| requests per {unit} | " + " | ".join(labels) + " |",
+        "|---|" + "---:|" * len(runs),
+    ]
+    for name in order[:BREAKDOWN_ROWS]:
+        cells = [format_value(t.get(name)) for t in tables]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    if len(order) > BREAKDOWN_ROWS:
+        lines.append(f"| ({len(order) - BREAKDOWN_ROWS} more in the JSON) |" + " |" * len(runs))
+    return "\n".join(lines)
+
+
 def _unit(unit: str) -> str:
     return f" {unit}" if unit else ""
 
@@ -135,6 +171,10 @@ def render_summary(
         out += [comparison_table(runs[0], runs[1]), ""]
     else:
         out += [markdown_table(runs[0]), ""]
+    for key, unit in BREAKDOWNS:
+        table = breakdown_table(runs, key, unit)
+        if table is not None:
+            out += [table, ""]
     targets = [line for run in runs for line in target_lines(run)]
     if targets:
         out += ["Targets (never a test failure; FAILED lines are correctness failures):", ""]

@@ -100,9 +100,10 @@ class Sent:
 
     @property
     def rate(self) -> float | None:
-        """Calls sent per second."""
-        span = self.finished - self.started
-        return len(self.at) / span if span > 0 else None
+        """Calls sent per second, from the first send to the last (None with fewer than 2)."""
+        times = sorted(self.at.values())
+        span = times[-1] - times[0] if len(times) > 1 else 0.0
+        return (len(times) - 1) / span if span > 0 else None
 
 
 async def send_open_loop(

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.report import BenchResult, at_most, environment
-from benchlib.results import comparison_rows, render_summary, target_lines, write_scenario
+from benchlib.results import (
+    breakdown_table,
+    comparison_rows,
+    render_summary,
+    target_lines,
+    write_scenario,
+)
 from benchlib.workload import check_binding
 
 
@@ -127,3 +133,16 @@ def test_write_scenario_writes_json_summary_and_plots(tmp_path: Path) -> None:
     ]
     assert all((tmp_path / p).read_bytes().startswith(b"\x89PNG") for p in pngs)
     assert sorted(payload["plots"]) == pngs
+
+
+def test_breakdown_table_has_a_column_per_controller() -> None:
+    ours, other = _result("ours", 40.0, 0), _result("other", 100.0, 0)
+    ours.details["apiserver_requests_per_claim"] = {"POST sandboxclaims": 1.0, "GET pods": 0.5}
+    other.details["apiserver_requests_per_claim"] = {"POST sandboxclaims": 1.0, "PUT leases": 2}
+    table = breakdown_table([ours, other], "apiserver_requests_per_claim", "warm claim")
+    assert table is not None
+    lines = table.splitlines()
+    assert lines[0] == "| requests per warm claim | ours | other |"
+    assert "| `GET pods` | 0.5000 | n/a |" in lines
+    assert "| `PUT leases` | n/a | 2 |" in lines
+    assert breakdown_table([ours], "apiserver_requests_per_sandbox", "cold Sandbox") is None
