@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from benchlib.clusterenv import NAMESPACE
 from benchlib.harness import Context, ControllerSpec, run_scenario
-from benchlib.promtext import apiserver_requests, request_delta
+from benchlib.promtext import request_delta
 from benchlib.report import BenchResult, at_most
 from benchlib.stats import sustained_rate
 from benchlib.tracker import SandboxTracker
@@ -70,12 +70,12 @@ def run(sizes: RefillSizes, *, spec: ControllerSpec, keep_workdir: bool = False)
     )
 
 
-def _created(ctx: Context) -> tuple[float, float]:
-    """Sandbox POSTs served so far: every answer, and the successful ones (201)."""
+def _created(ctx: Context) -> dict[str, float]:
+    """Sandbox POSTs served so far, per answer code."""
     page = ctx.env.apiserver_metrics()
-    total = apiserver_requests(page).get(("POST", "sandboxes"), 0.0)
-    ok = page.total("apiserver_request_total", verb="POST", resource="sandboxes", code="201")
-    return total, ok or 0.0
+    return page.by_label(
+        "apiserver_request_total", "code", verb="POST", resource="sandboxes", subresource=""
+    )
 
 
 async def _measure(ctx: Context, sizes: RefillSizes) -> None:
@@ -87,7 +87,7 @@ async def _measure(ctx: Context, sizes: RefillSizes) -> None:
         tracker = SandboxTracker(client, NAMESPACE)
         await tracker.start()
         try:
-            posts_before, created_before = _created(ctx)
+            posts_before = _created(ctx)
             requests_before = ctx.api_requests()
             cpu_before = ctx.cpu_seconds()
             began = time.monotonic()
@@ -99,14 +99,20 @@ async def _measure(ctx: Context, sizes: RefillSizes) -> None:
             wall = time.monotonic() - began
             cpu_after = ctx.cpu_seconds()
             await asyncio.sleep(SETTLE_S)
-            posts_after, created_after = _created(ctx)
+            posts_after = _created(ctx)
             delta = request_delta(ctx.api_requests(), requests_before)
             ready_times = sorted(
                 m - began for n in tracker.states if (m := tracker.mark(n, "ready")) is not None
             )
         finally:
             await tracker.stop()
-    posts, created = posts_after - posts_before, created_after - created_before
+    by_code = {
+        code: n - posts_before.get(code, 0.0)
+        for code, n in sorted(posts_after.items())
+        if n - posts_before.get(code, 0.0) > 0
+    }
+    posts, created = sum(by_code.values()), by_code.get("201", 0.0)
+    result.details["post_sandboxes_by_code"] = by_code
     result.add("time until the pool reports all Ready", full, "s")
     result.add("time until the last member is Ready (watch)",
                ready_times[-1] if ready_times else None, "s")  # fmt: skip
@@ -119,7 +125,8 @@ async def _measure(ctx: Context, sizes: RefillSizes) -> None:
         note="kube-apiserver's apiserver_request_total, every answer code",
     )
     result.add("Sandboxes created (201)", created, target=f"<= {sizes.replicas:,}",
-               check=at_most(sizes.replicas))  # fmt: skip
+               check=at_most(sizes.replicas),
+               note=", ".join(f"{n:.0f}x {code}" for code, n in by_code.items()))  # fmt: skip
     result.add("Pod create requests (POST pods)", delta.get(("POST", "pods")))
     cpu_share_rows(result, cpu_before, cpu_after, wall)
     result.details["apiserver_requests"] = {
