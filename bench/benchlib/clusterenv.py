@@ -149,7 +149,14 @@ class BenchCluster:
             (target / f"{crd['metadata']['name']}.yaml").write_text(yaml.safe_dump(crd))
         return target
 
-    def _restart_with(self, name: str, extra: Sequence[str], *, append_only: bool = False) -> None:
+    def _restart_with(
+        self,
+        name: str,
+        extra: Sequence[str],
+        *,
+        append_only: bool = False,
+        timeout: float = 60.0,
+    ) -> None:
         """Restart a harness component with extra flags (read its argv from /proc).
 
         Flags named in ``extra`` replace the component's own unless ``append_only`` (for
@@ -173,7 +180,7 @@ class BenchCluster:
                 raise RuntimeError(f"{name} exited after restart:\n{restarted.log_tail()}")
             return
         context = ssl.create_default_context(cafile=str(self.workdir / "cluster/pki/ca.crt"))
-        _wait_http(f"https://127.0.0.1:{port}/healthz", restarted, context=context)
+        _wait_http(f"https://127.0.0.1:{port}/healthz", restarted, context=context, timeout=timeout)
 
     async def _add_nodes_and_namespace(self) -> None:
         async with self.admin_client() as client:
@@ -347,9 +354,14 @@ class BenchCluster:
                 pids["controller"] = process.pid
         return pids
 
-    def restart_apiserver(self) -> None:
-        """Restart kube-apiserver with its own flags (every watch ends; counters restart)."""
-        self._restart_with("kube-apiserver", [])
+    def restart_apiserver(self, *, timeout: float = 600.0) -> None:
+        """Restart kube-apiserver with its own flags (every watch ends; counters restart).
+
+        Args:
+            timeout: Seconds for ``/healthz`` to answer 200 again (with thousands of objects
+                on a loaded machine its caches take minutes to fill).
+        """
+        self._restart_with("kube-apiserver", [], timeout=timeout)
 
     @staticmethod
     def stop_controller(process: ManagedProcess) -> int | None:

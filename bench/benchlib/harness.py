@@ -165,6 +165,9 @@ def run_scenario(
         except KeyboardInterrupt:
             result.error = "interrupted (Ctrl-C); the numbers above are partial"
             raise Interrupted(result) from None
+        except Exception as err:  # keep the rows measured before the failure
+            log.exception("%s failed against %s", name, spec.label)
+            result.error = f"{type(err).__name__}: {err}"
         finally:
             _finish(context, began)
     return result
