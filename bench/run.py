@@ -67,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--quick",
         action="store_true",
-        help="tiny sizes for every scenario (smoke run: the harness works, no claim lost)",
+        help="tiny sizes for every scenario, replacing the size flags (smoke run: the harness "
+        "works, no claim lost)",
     )
     add(
         "--controller-cmd",
