@@ -26,6 +26,7 @@ nox.options.sessions = [
     "build",
     "integration",
     "conformance",
+    "bench-quick",
     "e2e",
     "conformance-real-node",
 ]
@@ -45,7 +46,7 @@ UNIT_TESTS = [
     f"packages/{p}/tests/unit"
     for p in [*PACKAGES, "testing"]
     if (ROOT / "packages" / p / "tests" / "unit").is_dir()
-]
+] + ["bench/tests"]
 INTEGRATION_TESTS = [
     str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("packages/*/tests/integration"))
 ]
@@ -275,7 +276,7 @@ def build(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks: print numbers and write a report under bench/reports/."""
+    """Benchmarks: print numbers and write results under bench/results/ (``-- --quick``: smoke)."""
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
     _uv_run(session, "python", "bench/run.py", *session.posargs)
@@ -291,6 +292,17 @@ def soak(session: nox.Session) -> None:
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
     _uv_run(session, "python", "bench/soak.py", *session.posargs)
+
+
+@nox.session(name="bench-quick")
+def bench_quick(session: nox.Session) -> None:
+    """Every benchmark scenario at tiny sizes: fails if the harness breaks or a claim is lost.
+
+    A smoke run for CI: speed is reported, never judged.
+    """
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    _uv_run(session, "python", "bench/run.py", "--quick", *session.posargs)
 
 
 def _one(paths: object) -> Path:

@@ -1,9 +1,13 @@
-"""Run the project's benchmarks and write a report: ``python bench/run.py [names] [options]``.
+"""Run the project's benchmarks: ``python bench/run.py [scenarios] [options]``.
 
-Benchmarks print their numbers and targets (PASS/MISS) and write JSON + Markdown into
-``bench/reports/<timestamp>/`` and ``bench/reports/latest.md``. The exit status is non-zero only
-when a benchmark could not run; missing a target is reported, never fatal. ``nox -s bench``
-calls this script after making sure the local cluster's binaries are built.
+The comparison scenarios (warm-claims, cold, refill, memory, api) each start a fresh local
+cluster, run against this project's controller or, with ``--controller-cmd``, any other
+controller binary, and write ``bench/results/<scenario>-<timestamp>.{json,md}`` plus PNG plots;
+``--compare`` runs both back to back and reports each figure side by side with the ratio.
+Targets are reported as PASS/MISS and never fail a run. The exit status is 1 when a scenario
+could not run or found a correctness failure (a claim lost or bound twice, a pool creating
+more Sandboxes than asked), 2 for usage errors. ``nox -s bench`` calls this script after making
+sure the local cluster's binaries are built; ``nox -s bench -- --quick`` is the smoke run.
 """
 
 from __future__ import annotations
@@ -21,82 +25,233 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-from benchlib.report import BenchResult, Interrupted, render_text, write_report  # noqa: E402
+from benchlib.harness import OTHER, OURS, ControllerSpec  # noqa: E402
+from benchlib.report import BenchResult, Interrupted, render_text  # noqa: E402
+from benchlib.results import write_scenario  # noqa: E402
 
 log = logging.getLogger("bench")
 
-NAMES = ("cache-memory", "latency", "scale", "claims")
+COMPARABLE = ("warm-claims", "cold", "refill", "memory", "api")
+"""Scenarios that run against any controller (``--controller-cmd``, ``--compare``)."""
+OURS_ONLY = ("cache-memory", "latency", "scale")
+"""Older benchmarks of this project's controller alone."""
+NAMES = COMPARABLE + OURS_ONLY
+ALIASES = {"claims": "warm-claims"}
+QUICK = {
+    "pool": 30,
+    "claims": 20,
+    "claim_rate": 10.0,
+    "cold_sandboxes": 30,
+    "cold_rate": 10.0,
+    "refill_replicas": 30,
+    "memory_steps": "50,200",
+    "memory_settle": 3.0,
+    "api_pool": 15,
+    "api_claims": 10,
+    "api_sandboxes": 10,
+    "api_rate": 5.0,
+    "ready_timeout": 300.0,
+    "cache_objects": 500,
+}
+"""``--quick`` sizes: every scenario on a handful of objects, minutes in all."""
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench/run.py",
-        description="Run benchmarks (default: all) and write bench/reports/<timestamp>/.",
+        description="Run benchmark scenarios (default: the comparison scenarios "
+        f"{', '.join(COMPARABLE)}) and write bench/results/.",
     )
-    parser.add_argument(
-        "benchmarks", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(NAMES)}"
+    add = parser.add_argument
+    add("benchmarks", nargs="*", metavar="NAME", help=f"scenarios: {', '.join(NAMES)}")
+    add(
+        "--quick",
+        action="store_true",
+        help="tiny sizes for every scenario, replacing the size flags (smoke run: the harness "
+        "works, no claim lost)",
     )
-    parser.add_argument(
-        "--sandboxes", type=int, default=10_000, help="scale: Sandboxes to create (10000)"
+    add(
+        "--controller-cmd",
+        metavar="COMMAND",
+        help="run against the controller this command line starts (KUBECONFIG set; "
+        "{kubeconfig}, {metrics_port}, {health_port} are substituted)",
     )
-    parser.add_argument(
-        "--nodes", type=int, default=20, help="scale: kwok nodes, 1000 pods each (20)"
+    add(
+        "--compare",
+        action="store_true",
+        help="run ours and --controller-cmd back to back and report them side by side",
     )
-    parser.add_argument(
-        "--create-concurrency", type=int, default=50, help="scale: parallel creates (50)"
+    # warm claims
+    add("--pool", type=int, default=1300, help="warm-claims: warm pool size (1300)")
+    add("--claims", type=int, default=1200, help="warm-claims: claims to send (1200)")
+    add("--claim-rate", type=float, default=100.0, help="warm-claims: claims per second (100)")
+    add(
+        "--claim-workers",
+        type=int,
+        default=50,
+        help="ours: --sandbox-claim-concurrent-workers (50)",
     )
-    parser.add_argument(
-        "--suspend-sample", type=int, default=200, help="scale: Sandboxes suspended/resumed (200)"
+    # cold
+    add("--cold-sandboxes", type=int, default=1000, help="cold: Sandboxes to create (1000)")
+    add("--cold-rate", type=float, default=50.0, help="cold: creates per second (50)")
+    # refill
+    add("--refill-replicas", type=int, default=1000, help="refill: pool scaled 0 -> N (1000)")
+    # memory
+    add(
+        "--memory-steps",
+        default="1000,10000",
+        help="memory: Sandbox totals at which RSS is read (1000,10000)",
     )
-    parser.add_argument(
-        "--ready-timeout", type=float, default=1800.0, help="scale: seconds to wait for Ready"
+    add(
+        "--memory-settle",
+        type=float,
+        default=15.0,
+        help="memory: seconds to settle before each reading (15)",
     )
-    parser.add_argument(
-        "--workers", type=int, default=100, help="--sandbox-concurrent-workers (100)"
-    )
-    parser.add_argument(
+    # api
+    add("--api-pool", type=int, default=120, help="api: warm pool size (120)")
+    add("--api-claims", type=int, default=100, help="api: warm claims (100)")
+    add("--api-sandboxes", type=int, default=100, help="api: cold Sandboxes (100)")
+    add("--api-rate", type=float, default=10.0, help="api: claims, then Sandboxes, per second")
+    # older benchmarks
+    add("--sandboxes", type=int, default=10_000, help="scale: Sandboxes to create (10000)")
+    add("--nodes", type=int, default=20, help="scale: kwok nodes, 1000 pods each (20)")
+    add("--create-concurrency", type=int, default=50, help="scale: parallel creates (50)")
+    add("--suspend-sample", type=int, default=200, help="scale: Sandboxes suspended/resumed")
+    add("--latency-samples", type=int, default=50, help="latency: sandboxes created one by one")
+    add("--latency-suspend-samples", type=int, default=20, help="latency: suspend/resume cycles")
+    add("--cache-objects", type=int, default=10_000, help="cache-memory: objects per kind")
+    # common
+    add("--ready-timeout", type=float, default=1800.0, help="seconds for each wait (1800)")
+    add("--workers", type=int, default=100, help="ours: --sandbox-concurrent-workers (100)")
+    add(
         "--controller-arg",
         action="append",
         default=[],
         metavar="FLAG",
-        help="extra controller flag, repeatable (e.g. --controller-arg=--kube-api-qps=500)",
+        help="extra flag for ours, repeatable (e.g. --controller-arg=--kube-api-qps=500)",
     )
-    parser.add_argument(
-        "--latency-samples", type=int, default=50, help="latency: sandboxes created one by one"
-    )
-    parser.add_argument(
-        "--latency-suspend-samples", type=int, default=20, help="latency: suspend/resume cycles"
-    )
-    parser.add_argument("--claims", type=int, default=1200, help="claims: claims to send (1200)")
-    parser.add_argument(
-        "--claim-rate", type=float, default=100.0, help="claims: claims per second (100)"
-    )
-    parser.add_argument("--pool", type=int, default=1300, help="claims: warm pool size (1300)")
-    parser.add_argument(
-        "--claim-workers", type=int, default=50, help="--sandbox-claim-concurrent-workers (50)"
-    )
-    parser.add_argument(
-        "--cache-objects", type=int, default=10_000, help="cache-memory: objects per kind"
-    )
-    parser.add_argument(
-        "--reports-dir", type=Path, default=BENCH_DIR / "reports", help="where reports go"
-    )
-    parser.add_argument(
+    add("--results-dir", type=Path, default=BENCH_DIR / "results", help="where results go")
+    add(
         "--keep-workdir",
         action="store_true",
         help="keep the cluster's work directory (logs, kubeconfigs) for inspection",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return parser
+    add("-v", "--verbose", action="store_true", help="debug logging")
+    return parser  # fmt: skip
 
 
-def _runners(args: argparse.Namespace) -> dict[str, Callable[[], BenchResult]]:
-    def cache_memory() -> BenchResult:
+def _memory_steps(text: str) -> tuple[int, ...]:
+    steps = tuple(int(part) for part in text.split(",") if part.strip())
+    if not steps or any(s < 1 for s in steps) or list(steps) != sorted(set(steps)):
+        raise ValueError(f"--memory-steps {text!r}: positive totals, ascending, e.g. 1000,10000")
+    return steps
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    names = [ALIASES.get(n, n) for n in args.benchmarks]
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+        args.sandboxes, args.nodes, args.suspend_sample = 100, 1, 10
+        args.latency_samples, args.latency_suspend_samples = 5, 2
+    positive = [
+        "pool",
+        "claims",
+        "claim_workers",
+        "cold_sandboxes",
+        "refill_replicas",
+        "api_pool",
+        "api_claims",
+        "api_sandboxes",
+        "sandboxes",
+        "nodes",
+        "create_concurrency",
+        "cache_objects",
+        "workers",
+    ]
+    for option in positive:
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be at least 1")
+    for option in ("claim_rate", "cold_rate", "api_rate", "ready_timeout", "memory_settle"):
+        if not getattr(args, option) > 0:
+            parser.error(f"--{option.replace('_', '-')} must be positive")
+    if args.suspend_sample < 0 or args.latency_samples < 1 or args.latency_suspend_samples < 0:
+        parser.error("sample sizes must be positive (suspend samples may be 0)")
+    try:
+        args.memory_steps = _memory_steps(str(args.memory_steps))
+    except ValueError as err:
+        parser.error(str(err))
+    if args.compare and not args.controller_cmd:
+        parser.error("--compare needs --controller-cmd (the other controller)")
+    if args.controller_cmd is not None and not args.controller_cmd.strip():
+        parser.error("--controller-cmd is empty")
+    selected = names or list(COMPARABLE)
+    if args.controller_cmd and any(n in OURS_ONLY for n in selected):
+        parser.error(f"{', '.join(OURS_ONLY)} run only against this project's controller")
+    return selected
+
+
+def _specs(args: argparse.Namespace) -> list[ControllerSpec]:
+    ours = ControllerSpec(
+        OURS,
+        workers=args.workers,
+        extra_args=(
+            f"--sandbox-claim-concurrent-workers={args.claim_workers}",
+            *args.controller_arg,
+        ),
+    )
+    if not args.controller_cmd:
+        return [ours]
+    other = ControllerSpec(OTHER, command=args.controller_cmd)
+    return [ours, other] if args.compare else [other]
+
+
+def _runner(name: str, args: argparse.Namespace) -> Callable[[ControllerSpec], BenchResult]:
+    keep, within = args.keep_workdir, args.ready_timeout
+
+    def run(spec: ControllerSpec) -> BenchResult:
+        if name == "warm-claims":
+            from benchlib import claims
+
+            sizes = claims.ClaimSizes(args.pool, args.claims, args.claim_rate, within)
+            return claims.run(sizes, spec=spec, keep_workdir=keep)
+        if name == "cold":
+            from benchlib import cold
+
+            sizes_c = cold.ColdSizes(args.cold_sandboxes, args.cold_rate, within)
+            return cold.run(sizes_c, spec=spec, keep_workdir=keep)
+        if name == "refill":
+            from benchlib import refill
+
+            return refill.run(refill.RefillSizes(args.refill_replicas, within), spec=spec,
+                              keep_workdir=keep)  # fmt: skip
+        if name == "memory":
+            from benchlib import memory
+
+            sizes_m = memory.MemorySizes(args.memory_steps, args.memory_settle, within)
+            return memory.run(sizes_m, spec=spec, keep_workdir=keep)
+        if name == "api":
+            from benchlib import apieff
+
+            sizes_a = apieff.ApiSizes(
+                args.api_pool, args.api_claims, args.api_sandboxes, args.api_rate, within
+            )
+            return apieff.run(sizes_a, spec=spec, keep_workdir=keep)
+        return _ours_only(name, args)
+
+    return run
+
+
+def _ours_only(name: str, args: argparse.Namespace) -> BenchResult:
+    if name == "cache-memory":
         from benchlib import cache_memory
 
         return cache_memory.run(count=args.cache_objects)
-
-    def latency() -> BenchResult:
+    if name == "latency":
         from benchlib import latency
 
         return latency.run(
@@ -106,41 +261,45 @@ def _runners(args: argparse.Namespace) -> dict[str, Callable[[], BenchResult]]:
             controller_args=args.controller_arg,
             keep_workdir=args.keep_workdir,
         )
+    from benchlib import scale
 
-    def scale() -> BenchResult:
-        from benchlib import scale
+    return scale.run(
+        sandboxes=args.sandboxes,
+        nodes=args.nodes,
+        concurrency=args.create_concurrency,
+        suspend_sample=args.suspend_sample,
+        ready_timeout=args.ready_timeout,
+        workers=args.workers,
+        controller_args=args.controller_arg,
+        keep_workdir=args.keep_workdir,
+    )
 
-        return scale.run(
-            sandboxes=args.sandboxes,
-            nodes=args.nodes,
-            concurrency=args.create_concurrency,
-            suspend_sample=args.suspend_sample,
-            ready_timeout=args.ready_timeout,
-            workers=args.workers,
-            controller_args=args.controller_arg,
-            keep_workdir=args.keep_workdir,
-        )
 
-    def claims() -> BenchResult:
-        from benchlib import claims
-
-        room = args.pool + args.claims
-        return claims.run(
-            claims=args.claims,
-            rate=args.claim_rate,
-            pool=args.pool,
-            nodes=max(1, -(-room // 1000)),
-            workers=args.workers,
-            claim_workers=args.claim_workers,
-            controller_args=args.controller_arg,
-            keep_workdir=args.keep_workdir,
-        )
-
-    return {"cache-memory": cache_memory, "latency": latency, "scale": scale, "claims": claims}
+def _run_one(
+    name: str, run: Callable[[ControllerSpec], BenchResult], spec: ControllerSpec
+) -> BenchResult:
+    log.info("running %s against %s", name, spec.label)
+    began = time.monotonic()
+    try:
+        result = run(spec)
+    except Interrupted as stop:
+        stop.result.seconds = time.monotonic() - began
+        sys.stdout.write(render_text(stop.result) + "\n\n")
+        raise
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:
+        log.error("%s could not run:\n%s", name, traceback.format_exc())
+        result = BenchResult(name, params={"controller": spec.label},
+                             error=f"{type(err).__name__}: {err}")  # fmt: skip
+    result.seconds = time.monotonic() - began
+    sys.stdout.write(render_text(result) + "\n\n")
+    sys.stdout.flush()
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the chosen benchmarks; 0 when all of them ran, 1 when one could not, 2 for usage.
+    """Run the chosen scenarios; 0 when all ran cleanly, 1 on an error or failure, 2 for usage.
 
     Args:
         argv: Arguments without the program name (``sys.argv[1:]`` when None).
@@ -150,63 +309,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    unknown = [n for n in args.benchmarks if n not in NAMES]
-    if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
-    for option in (
-        "sandboxes",
-        "nodes",
-        "create_concurrency",
-        "cache_objects",
-        "workers",
-        "claims",
-        "pool",
-        "claim_workers",
-    ):
-        if getattr(args, option) < 1:
-            parser.error(f"--{option.replace('_', '-')} must be at least 1")
-    if not args.claim_rate > 0:
-        parser.error("--claim-rate must be positive")
-    if args.suspend_sample < 0 or args.latency_samples < 1 or args.latency_suspend_samples < 0:
-        parser.error("sample sizes must be positive (suspend samples may be 0)")
+    selected = _validate(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(message)s",
         datefmt="%H:%M:%S",
     )
-    selected = args.benchmarks or list(NAMES)
-    runners = _runners(args)
     started = dt.datetime.now(dt.UTC)
-    results: list[BenchResult] = []
+    flags = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()}
+    flags["results_dir"] = str(args.results_dir)
+    specs = _specs(args)
     failed = False
+    summaries: list[Path] = []
     try:
         for name in selected:
-            log.info("running %s", name)
-            began = time.monotonic()
-            try:
-                result = runners[name]()
-            except Interrupted as stop:
-                stop.result.seconds = time.monotonic() - began
-                results.append(stop.result)
-                sys.stdout.write(render_text(stop.result) + "\n\n")
-                raise
-            except KeyboardInterrupt:
-                raise
-            except Exception as err:
-                log.error("%s could not run:\n%s", name, traceback.format_exc())
-                result = BenchResult(name, error=f"{type(err).__name__}: {err}")
-            result.seconds = time.monotonic() - began
-            failed = failed or result.error is not None
-            results.append(result)
-            sys.stdout.write(render_text(result) + "\n\n")
-            sys.stdout.flush()
+            run = _runner(name, args)
+            runs = [
+                _run_one(name, run, spec) for spec in (specs if name in COMPARABLE else specs[:1])
+            ]
+            failed = failed or any(r.error or r.failures for r in runs)
+            summaries.append(
+                write_scenario(
+                    name, runs, results_dir=args.results_dir, started=started, flags=flags
+                )
+            )
     except KeyboardInterrupt:
-        log.warning("interrupted; writing the report of what finished")
+        log.warning("interrupted; the summaries of finished scenarios are written")
         failed = True
-    if results:
-        target = write_report(results, reports_dir=args.reports_dir, started=started)
-        latest = args.reports_dir / "latest.md"
-        sys.stdout.write(f"report: {target / 'report.md'} (also {latest})\n")
+    if summaries:
+        latest = args.results_dir / "latest.md"
+        latest.write_text("\n".join(p.read_text() for p in summaries))
+        for path in summaries:
+            sys.stdout.write(f"summary: {path}\n")
+        sys.stdout.write(f"all of this run: {latest}\n")
     return 1 if failed else 0
 
 

@@ -17,8 +17,10 @@ bottleneck instead of the controller), and kwok with 64 pod stages in parallel i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import shlex
 import shutil
 import ssl
 import sys
@@ -31,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from benchlib.promtext import Scrape
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
@@ -146,7 +149,14 @@ class BenchCluster:
             (target / f"{crd['metadata']['name']}.yaml").write_text(yaml.safe_dump(crd))
         return target
 
-    def _restart_with(self, name: str, extra: Sequence[str], *, append_only: bool = False) -> None:
+    def _restart_with(
+        self,
+        name: str,
+        extra: Sequence[str],
+        *,
+        append_only: bool = False,
+        timeout: float = 60.0,
+    ) -> None:
         """Restart a harness component with extra flags (read its argv from /proc).
 
         Flags named in ``extra`` replace the component's own unless ``append_only`` (for
@@ -170,7 +180,7 @@ class BenchCluster:
                 raise RuntimeError(f"{name} exited after restart:\n{restarted.log_tail()}")
             return
         context = ssl.create_default_context(cafile=str(self.workdir / "cluster/pki/ca.crt"))
-        _wait_http(f"https://127.0.0.1:{port}/healthz", restarted, context=context)
+        _wait_http(f"https://127.0.0.1:{port}/healthz", restarted, context=context, timeout=timeout)
 
     async def _add_nodes_and_namespace(self) -> None:
         async with self.admin_client() as client:
@@ -270,6 +280,88 @@ class BenchCluster:
         self.timings[f"{name}_ready_s"] = time.monotonic() - began
         log.info("%s running (pid %d), metrics at %s", name, process.pid, self.metrics_url)
         return process
+
+    def start_command(self, command: str) -> ManagedProcess:
+        """Run another controller from a command line, with the admin kubeconfig.
+
+        ``{kubeconfig}``, ``{metrics_port}`` and ``{health_port}`` in the command are replaced
+        by the admin kubeconfig's path and two free local ports; ``KUBECONFIG`` is set too. When
+        the command names ``{health_port}``, the controller counts as started once
+        ``http://127.0.0.1:<health_port>/readyz`` answers 200; otherwise after 5 s alive. Its
+        ``/metrics`` is read only when the command names ``{metrics_port}``.
+
+        Args:
+            command: The command line (split like a shell would, without running one).
+
+        Returns:
+            The process (run ``exec`` in a wrapper script, so RSS and CPU are the controller's).
+
+        Raises:
+            ValueError: If the command is empty.
+        """
+        assert self.access is not None
+        argv = shlex.split(command)
+        if not argv:
+            raise ValueError("--controller-cmd is empty")
+        if self.runner is None:
+            self.runner = ControllerRunner(self.access, self.workdir / "controller")
+        metrics_port, health_port = free_port(), free_port()
+        argv = [
+            a.replace("{metrics_port}", str(metrics_port)).replace(
+                "{health_port}", str(health_port)
+            )
+            for a in argv
+        ]
+        self.metrics_url = (
+            f"http://127.0.0.1:{metrics_port}/metrics" if "{metrics_port}" in command else ""
+        )
+        admin = Identity(namespace="", name="admin", kubeconfig=self.access.kubeconfig)
+        name = f"controller-{len(self.controllers) + 1}"
+        began = time.monotonic()
+        process = self.runner.start_command(argv, identity=admin, name=name)
+        self.controllers.append(process)
+        if "{health_port}" in command:
+            _wait_http(f"http://127.0.0.1:{health_port}/readyz", process, timeout=120)
+        else:
+            time.sleep(5)
+            if not process.alive():
+                raise RuntimeError(f"{name} exited at start:\n{process.log_tail()}")
+        self.timings[f"{name}_ready_s"] = time.monotonic() - began
+        log.info("%s running (pid %d): %s", name, process.pid, command)
+        return process
+
+    # -- cluster facts ----------------------------------------------------------------------
+    def apiserver_metrics(self) -> Scrape:
+        """kube-apiserver's own ``/metrics``, read with the admin credentials."""
+        assert self.access is not None
+        return Scrape(self.access.kubectl("get", "--raw", "/metrics").stdout)
+
+    def kubernetes_version(self) -> str:
+        """kube-apiserver's ``gitVersion``."""
+        assert self.access is not None
+        try:
+            raw = self.access.kubectl("get", "--raw", "/version").stdout
+            return str(json.loads(raw).get("gitVersion") or "unknown")
+        except Exception as err:  # a fact for the report, not worth failing a run over
+            log.warning("cannot read the Kubernetes version: %s", err)
+            return "unknown"
+
+    def process_pids(self) -> dict[str, int]:
+        """PID of every cluster component and of the controllers started, by name."""
+        pids = {p.name: p.pid for p in self.cluster.processes()} if self.cluster else {}
+        for process in self.controllers:
+            if process.alive():
+                pids["controller"] = process.pid
+        return pids
+
+    def restart_apiserver(self, *, timeout: float = 600.0) -> None:
+        """Restart kube-apiserver with its own flags (every watch ends; counters restart).
+
+        Args:
+            timeout: Seconds for ``/healthz`` to answer 200 again (with thousands of objects
+                on a loaded machine its caches take minutes to fill).
+        """
+        self._restart_with("kube-apiserver", [], timeout=timeout)
 
     @staticmethod
     def stop_controller(process: ManagedProcess) -> int | None:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from benchlib.stats import percentile
 from kube_agent_sandbox.controller.runtime.types import ApiError
+
+__all__ = ["BatchOutcome", "percentile", "run_bounded"]
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +109,3 @@ async def run_bounded(
         first = next(iter(outcome.failures.items()))
         log.warning("%d calls failed, e.g. %s: %s", len(outcome.failures), *first)
     return outcome
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1) of ``values`` by linear interpolation; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low, high = math.floor(position), math.ceil(position)
-    if low == high:
-        return ordered[low]
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -124,3 +124,75 @@ async def scrape(url: str, *, within: float = 10.0) -> Scrape:
     ):
         response.raise_for_status()
         return Scrape(await response.text())
+
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+"""kube-apiserver verbs that change state (``APPLY`` is server-side apply)."""
+
+RequestKey = tuple[str, str]
+"""``(verb, resource[/subresource])`` as kube-apiserver labels its requests."""
+
+
+def apiserver_requests(page: Scrape) -> dict[RequestKey, float]:
+    """kube-apiserver's ``apiserver_request_total`` summed per verb and resource.
+
+    Codes, scopes, groups and versions are summed together; a subresource is appended to its
+    resource (``sandboxes/status``). Requests without a resource (``/healthz``, discovery) are
+    keyed by an empty resource.
+
+    Args:
+        page: A scrape of kube-apiserver's ``/metrics``.
+
+    Returns:
+        ``(verb, resource)`` -> request count.
+    """
+    out: dict[RequestKey, float] = {}
+    for sample in page.samples:
+        if sample.name != "apiserver_request_total":
+            continue
+        labels = sample.labels
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        key = (labels.get("verb", ""), resource)
+        out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def request_delta(
+    after: Mapping[RequestKey, float], before: Mapping[RequestKey, float]
+) -> dict[RequestKey, float]:
+    """Requests served between two readings (keys with no new request left out).
+
+    A counter lower than before means the server restarted in between; its whole value after
+    the restart is taken as the delta.
+    """
+    out: dict[RequestKey, float] = {}
+    for key, value in after.items():
+        grown = value - before.get(key, 0.0)
+        if grown < 0:
+            grown = value
+        if grown > 0:
+            out[key] = grown
+    return out
+
+
+def writes(requests: Mapping[RequestKey, float]) -> float:
+    """Total of the mutating requests among ``requests``."""
+    return sum(v for (verb, _), v in requests.items() if verb in WRITE_VERBS)
+
+
+def per_unit(requests: Mapping[RequestKey, float], units: int) -> dict[str, float]:
+    """Requests per unit of work, keyed ``"VERB resource"``, largest first.
+
+    Args:
+        requests: A delta from :func:`request_delta`.
+        units: Claims or Sandboxes the delta was spent on.
+
+    Returns:
+        ``"VERB resource"`` -> requests per unit (empty when ``units`` is not positive).
+    """
+    if units <= 0:
+        return {}
+    rows = sorted(requests.items(), key=lambda item: (-item[1], item[0]))
+    return {f"{verb} {resource}".rstrip(): value / units for (verb, resource), value in rows}

@@ -1,20 +1,18 @@
-"""Results of one benchmark run and how they are printed and stored.
+"""Results of one benchmark run, how they are printed, and the machine they were taken on.
 
 A benchmark returns a :class:`BenchResult`: its parameters and a list of :class:`Metric` rows,
 each with an optional target. Targets never fail a run; they are shown as PASS or MISS next to
 the measured value so that a reader sees at once where the implementation stands.
+:mod:`benchlib.results` writes them to files.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
 import platform
-import shutil
 import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +71,9 @@ class BenchResult:
         details: Extra data for the JSON report (samples, timelines, raw metrics).
         notes: Free-text remarks printed under the table (caveats, problems met).
         error: Why the benchmark could not run or finish (None when it did).
+        failures: Correctness failures (a claim lost or bound twice, a create too many): the
+            run exits non-zero when any benchmark has one, whatever its speed.
+        seconds: Wall time the benchmark took.
     """
 
     name: str
@@ -81,6 +82,7 @@ class BenchResult:
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def add(
@@ -114,10 +116,11 @@ class BenchResult:
         return metric
 
 
-def _fmt(value: float | None) -> str:
+def format_value(value: float | None) -> str:
+    """A number as the tables show it: thousands separators, fewer decimals as it grows."""
     if value is None:
         return "n/a"
-    if float(value).is_integer() and abs(value) >= 1:
+    if float(value).is_integer():
         return f"{int(value):,}"
     if abs(value) >= 100:
         return f"{value:,.0f}"
@@ -129,7 +132,7 @@ def _fmt(value: float | None) -> str:
 def table_rows(result: BenchResult) -> list[list[str]]:
     """The metric rows of a result as strings: metric, value, unit, target, status, note."""
     return [
-        [m.name, _fmt(m.value), m.unit, m.target or "", m.status or "", m.note]
+        [m.name, format_value(m.value), m.unit, m.target or "", m.status or "", m.note]
         for m in result.metrics
     ]
 
@@ -173,6 +176,7 @@ def render_text(result: BenchResult) -> str:
     if result.metrics:
         out.append(text_table(result))
     out += [f"note: {n}" for n in result.notes]
+    out += [f"FAILED: {f}" for f in result.failures]
     if result.error:
         out.append(f"ERROR: {result.error}")
     return "\n".join(out)
@@ -219,59 +223,3 @@ def _git_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")
-
-
-def render_markdown(results: Sequence[BenchResult], *, started: dt.datetime) -> str:
-    """The whole report in Markdown."""
-    env = environment()
-    out = [
-        f"# Benchmark report {started.strftime('%Y-%m-%d %H:%M:%S UTC')}",
-        "",
-        f"Machine: {env['cpus']} CPUs, {env['memory_bytes'] / 2**30:.1f} GiB, "
-        f"Python {env['python']}, load average at the end {env['loadavg_at_end']}, "
-        f"commit {env['git']}.",
-        "Targets are reported as PASS/MISS; missing one does not fail the run.",
-    ]
-    for result in results:
-        out += ["", f"## {result.name}", ""]
-        if result.params:
-            out.append("Parameters: " + ", ".join(f"`{k}={v}`" for k, v in result.params.items()))
-            out.append("")
-        out.append(f"Duration: {result.seconds:.1f} s")
-        out.append("")
-        if result.metrics:
-            out += [markdown_table(result), ""]
-        if result.notes:
-            out += [f"- {n}" for n in result.notes]
-            out.append("")
-        if result.error:
-            out += [f"**Could not complete:** {result.error}", ""]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def write_report(
-    results: Sequence[BenchResult], *, reports_dir: Path, started: dt.datetime
-) -> Path:
-    """Write ``<reports_dir>/<timestamp>/report.{json,md}`` and ``<reports_dir>/latest.md``.
-
-    Args:
-        results: What the benchmarks produced.
-        reports_dir: The reports directory (git-ignored).
-        started: When the run started (names the directory).
-
-    Returns:
-        The directory written.
-    """
-    target = reports_dir / started.strftime("%Y%m%dT%H%M%SZ")
-    target.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "started": started.isoformat(),
-        "environment": environment(),
-        "results": [asdict(r) for r in results],
-    }
-    (target / "report.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    markdown = render_markdown(results, started=started)
-    (target / "report.md").write_text(markdown)
-    latest = reports_dir / "latest.md"
-    shutil.copyfile(target / "report.md", latest)
-    return target
