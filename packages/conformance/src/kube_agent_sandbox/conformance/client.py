@@ -1,5 +1,8 @@
 """A small synchronous Kubernetes API client for the conformance tests.
 
+It stays one module: :class:`Kube` is one class whose verbs and waits share one API client
+and its private discovery cache, and the conformance tests import it from one place.
+
 The tests need raw REST semantics (merge patches of the main resource and of the status
 subresource, server-side Table printing, response warnings, exact error bodies) on plain dict
 objects, across any served version of the Agent Sandbox kinds. The ``kubernetes`` package is used

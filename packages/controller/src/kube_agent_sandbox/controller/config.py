@@ -1,5 +1,8 @@
 """The controller's options: upstream's flags, their defaults, and their validation.
 
+It stays one module: the option dataclass lists every flag in one place, and the flag set
+and the validation next to it are built from and check exactly those fields.
+
 One dataclass field per flag of upstream's ``agent-sandbox-controller`` (names, defaults and
 help text as upstream has them), so the flag set is generated from the options and cannot drift
 from them. Validation keeps upstream's messages, order and exit codes: malformed flags exit 2

@@ -1,5 +1,8 @@
 """The local test cluster: a real control plane plus kwok nodes, all on 127.0.0.1.
 
+It stays one module: :class:`LocalCluster` is one class whose ``start``, ``stop`` and
+``restart`` share the private PKI, ports, data directory and processes of one cluster.
+
 :class:`LocalCluster` runs etcd (data on /dev/shm, no fsync), kube-apiserver (TLS,
 client-certificate authentication, Node+RBAC authorization, service-account tokens),
 kube-controller-manager (garbage collection, namespace deletion, service accounts),

@@ -1,5 +1,8 @@
 """The project's main job, end to end: a local cluster, the controller, a sandbox that runs.
 
+It stays one module: it is one script (``python -m``), and its steps, environments and
+``main`` read top to bottom in the order the demo runs them.
+
 ``python -m kube_agent_sandbox.testing.demo`` (``nox -s demo``) starts the local cluster with a
 real node (kubelet + containerd), deploys the controller with
 ``kubectl apply -k manifests/overlays/extensions`` (core plus ``--extensions``), creates a

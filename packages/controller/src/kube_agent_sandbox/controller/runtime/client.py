@@ -1,5 +1,8 @@
 """An asyncio Kubernetes API client on raw JSON (aiohttp + orjson).
 
+It stays one module: :class:`ApiClient` is one class whose verbs share its private sessions,
+throttle and metrics labels, and every verb goes through the same request path.
+
 The generated ``kubernetes`` models cost an order of magnitude more CPU than decoding JSON, and
 its watch helper mishandles ERROR events; reconcilers and informers only need dicts. This client
 builds REST paths from a :class:`Resource`, throttles itself with a token bucket

@@ -1,5 +1,8 @@
 """An in-memory API server for unit tests of informers, controllers and reconcilers.
 
+It stays one module: :class:`FakeApi` mirrors one API server, so every verb shares its
+private store, resourceVersion counter, watch history and watchers.
+
 It implements the ``Client`` and ``ListWatcher`` protocols with the behaviour tests depend on:
 resourceVersions, optimistic concurrency (409 on a stale resourceVersion), AlreadyExists and
 NotFound, delete preconditions (UID, resourceVersion), finalizers (delete sets

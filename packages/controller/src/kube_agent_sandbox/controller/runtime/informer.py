@@ -1,5 +1,8 @@
 """Informer: an in-memory, watch-fed cache of one resource, with event handlers and indexes.
 
+It stays one module: :class:`Informer` is one class whose list, watch, resync, handlers and
+indexes all read and write the same private store, indices and resourceVersion.
+
 Reconcilers read from this cache instead of the API server. It LISTs in pages (limit 500,
 ``continue``), then WATCHes from the list's resourceVersion with bookmarks; after a dropped
 stream it resumes from the last resourceVersion it saw; when the server answers 410 Gone (the

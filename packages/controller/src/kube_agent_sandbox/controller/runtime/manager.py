@@ -1,5 +1,8 @@
 """The manager: one process's client, shared informers, controllers and servers, in order.
 
+It stays one module: :class:`Manager` is one class whose start and stop sequence reads its
+private informers, controllers, runnables, servers and elector in one order, top to bottom.
+
 Start order: probe and metrics servers and the runnables every replica runs (e.g. the
 conversion webhook); then leader election, if enabled; then, as leader only, the informers
 (waiting for their first LIST), the event writer, the controllers and the leader-only

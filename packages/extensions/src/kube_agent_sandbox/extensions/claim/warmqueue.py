@@ -1,5 +1,9 @@
 """The in-memory queue of adoptable warm Sandboxes per pool, and the watch that feeds it (4.3.2).
 
+It stays one module of about 400 lines: the queue and the watch handlers that feed it share
+one rule (what the feeder queues as adoptable is what a pick may hand out) and the queue's
+private entry and heap bookkeeping.
+
 Claims pick warm Sandboxes from here instead of listing the pool's Sandboxes on every pass.
 It sits on the hot path (hundreds of claims per second against pools of thousands), so a pick
 never scans the keys nor the nodes: each pool keeps one heap per node, ordered by queue

@@ -1,6 +1,10 @@
 # Generated from _async/client.py by scripts/unasync_sdk.py: do not edit.
 """SandboxClient: create or claim sandboxes, wait on them, run commands and move files.
 
+It stays one module: :class:`SandboxClient` is one class whose methods share its lazily
+opened API connection, default namespace and the record of what it created (removed on
+exit), and ``scripts/unasync_sdk.py`` generates one ``_sync`` file per ``_async`` file.
+
 This is the hand-written source; ``_sync/client.py`` (``SandboxClient``) is generated from it by
 ``scripts/unasync_sdk.py``. Waits watch the object (no polling) and read the Ready condition's
 status; every wait has a typed timeout; the client removes what it created when used as a

@@ -1,5 +1,8 @@
 """``agent-sandbox``: create, claim, inspect, enter and remove sandboxes from a shell.
 
+It stays one module: every command is a small function registered on the one typer ``app``,
+and they share the global :class:`State` and the error-to-exit-code mapping defined here.
+
 Built on typer (arguments, help, shell completion via ``--install-completion``) and rich
 (tables, progress spinner on stderr). Every command goes through the sync SDK client, so the
 CLI and the library behave the same. Exit codes are stable for scripts (see :data:`EXIT_CODES`);

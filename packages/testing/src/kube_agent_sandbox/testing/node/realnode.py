@@ -1,5 +1,8 @@
 """A real node joined to the local control plane: the hook between the node and the cluster.
 
+It stays one module: :class:`RealNode` is one class whose ``prepare``, ``start`` and ``stop``
+share the private network, CA, processes and working directory of one node.
+
 Use it in two steps around :class:`~kube_agent_sandbox.testing.cluster.LocalCluster`::
 
     node = RealNode(RealNodeOptions())
