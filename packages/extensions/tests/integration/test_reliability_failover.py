@@ -225,7 +225,10 @@ async def test_standby_takes_over_a_claim_burst_after_sigkill(
 
         # the standby waits for the Lease to expire (measured from its last observed renewal)
         # and notices on its next retry
-        assert takeover <= LEASE_DURATION + 2 * RETRY_PERIOD, takeover
+        # The standby sees the holder's last renewal up to one jittered retry period late
+        # (client-go's JitterFactor 1.2), counts the lease duration from then, and notices the
+        # expiry at its next jittered retry; 2 s more cover the acquiring write under load.
+        assert takeover <= LEASE_DURATION + 2 * RETRY_PERIOD * 1.2 + 2.0, takeover
         assert leader.process.returncode == -signal.SIGKILL
 
         problems: list[str] = []
