@@ -112,6 +112,7 @@ _GRANTS: dict[str, list[Grant]] = {
             (_EXT, "sandboxtemplates"),
             (_EXT, "sandboxwarmpools"),
             (_EXT, "sandboxwarmpools/status"),
+            ("networking.k8s.io", "networkpolicies"),
         )
     ],
     "gc-delete": [

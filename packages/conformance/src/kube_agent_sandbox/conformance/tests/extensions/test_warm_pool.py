@@ -10,6 +10,7 @@ under `Recreate` and only on replenishment under `OnReplenish` (§4.2.3).
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -569,6 +570,9 @@ def test_members_that_are_not_ready_count_as_replicas_only(
     )
 
 
+TEMPLATE_PROPAGATION_SECONDS = 3.0
+
+
 @pytest.mark.spec("4.2.1")
 def test_scale_down_deletes_members_that_are_not_ready_first(
     kube: Kube, namespace: str, settings: Settings
@@ -590,6 +594,10 @@ def test_scale_down_deletes_members_that_are_not_ready_first(
         namespace,
         {"spec": {"podTemplate": {"spec": {"nodeSelector": None}}}},
     )
+    # A controller reads templates from its watch cache: scaling in the same instant may build
+    # the new member from the template as it was. Give the change time to arrive, as a user
+    # scaling later would; the API offers no way to see that a controller's cache has it.
+    time.sleep(TEMPLATE_PROPAGATION_SECONDS)
     kube.patch(s.EXT_API, "SandboxWarmPool", "pool", namespace, {"spec": {"replicas": 2}})
     s.wait_members(
         kube,
