@@ -121,7 +121,20 @@ def integration(session: nox.Session) -> None:
     _sync(session)
     # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py).
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-helm")
-    _pytest_exit_ok(session, *INTEGRATION_TESTS)
+    _pytest_exit_ok(session, f"--ignore={RESTART_TEST}", *INTEGRATION_TESTS)
+
+
+# Restarts the shared kube-apiserver and compacts etcd: a failure there can leave the cluster
+# unusable for every test after it, so it runs alone, on a cluster of its own.
+RESTART_TEST = "packages/extensions/tests/integration/test_reliability_restart.py"
+
+
+@nox.session
+def faults(session: nox.Session) -> None:
+    """The apiserver restart and etcd compaction test, on a cluster of its own."""
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    _pytest_exit_ok(session, RESTART_TEST)
 
 
 @nox.session
