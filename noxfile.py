@@ -33,12 +33,14 @@ nox.options.sessions = [
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
-PACKAGES = ["api-types", "controller", "extensions", "sdk", "conformance"]
+PACKAGES = ["api-types", "controller", "extensions", "sdk", "conformance", "gateway", "sandboxd"]
 IMPORTS = {
     "api-types": "kube_agent_sandbox.api",
     "conformance": "kube_agent_sandbox.conformance",
     "controller": "kube_agent_sandbox.controller",
     "extensions": "kube_agent_sandbox.extensions",
+    "gateway": "kube_agent_sandbox.gateway",
+    "sandboxd": "kube_agent_sandbox.sandboxd",
     "sdk": "kube_agent_sandbox.sdk",
 }
 # Only folders that exist: git keeps no empty folder, so a package without tests has none.

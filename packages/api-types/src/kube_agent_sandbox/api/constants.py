@@ -93,6 +93,21 @@ VOLUME_CLAIM_TEMPLATES_POLICIES: Final = frozenset({"Disallowed", "Allowed", "Ov
 SYSTEM_PREFIXES: Final = (f"{GROUP}/", f"{EXTENSIONS_GROUP}/")
 SYSTEM_ANNOTATIONS: Final = frozenset({ANNOTATION_TRACE_CONTEXT})
 
+# --- This project's own annotations (beyond upstream; never under agents.x-k8s.io) ----------
+# Idle shutdown (docs/guides/idle-shutdown.md): policy on the Sandbox (defaulted from its
+# template, copied from its claim), heartbeat in a coordination.k8s.io Lease of the same name.
+PROJECT_PREFIX: Final = "kube-agent-sandbox.io"
+ANNOTATION_IDLE_TIMEOUT: Final = f"{PROJECT_PREFIX}/idle-timeout"
+ANNOTATION_ON_IDLE: Final = f"{PROJECT_PREFIX}/on-idle"
+ANNOTATION_AUTO_RESUME: Final = f"{PROJECT_PREFIX}/auto-resume"
+ANNOTATION_BUSY_CPU_MILLICORES: Final = f"{PROJECT_PREFIX}/busy-cpu-millicores"
+ANNOTATION_SUSPENDED_BY: Final = f"{PROJECT_PREFIX}/suspended-by"
+ANNOTATION_PAUSE_AT: Final = f"{PROJECT_PREFIX}/pause-at"
+ON_IDLE_SUSPEND: Final = "Suspend"
+ON_IDLE_DELETE: Final = "Delete"
+SUSPENDED_BY_IDLE: Final = "idle"
+SUSPENDED_BY_TIMEOUT: Final = "timeout"
+
 # --- Condition types and reasons --------------------------------------------------------------
 CONDITION_READY: Final = "Ready"
 CONDITION_SUSPENDED: Final = "Suspended"
