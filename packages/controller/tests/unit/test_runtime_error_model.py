@@ -224,6 +224,69 @@ async def test_slow_retry_grows_with_the_keys_backoff() -> None:
     ctrl.queue.shutdown()
 
 
+async def test_transient_retries_stop_growing_at_the_cap() -> None:
+    """An API server outage fails every attempt: the next one is never more than the cap away.
+
+    With controller-runtime's 1000 s cap a key that failed 16 times in a 20 s outage would wait
+    5 minutes more after the server is back; the cap keeps that at ``transient_retry_cap``.
+    """
+    api, metrics, limiter = fixture()
+    refused = [aiohttp.ClientConnectionError("Connect call failed")] * 20
+    api.fail("patch", "configmaps", *refused)
+    rec = PatchingReconciler(api)
+    ctrl = Controller(
+        "cm",
+        for_resource=CONFIGMAPS,
+        reconciler=rec,
+        metrics=metrics,
+        rate_limiter=limiter,
+        transient_retry_cap=30.0,
+    )
+    limiter.inner.limiters = (ItemExponentialBackoff(0.005, 1000.0),)
+    waits: list[float] = []
+    ctrl.queue.add_after = lambda _item, delay: waits.append(delay)  # type: ignore[method-assign]
+    for _ in range(16):
+        await ctrl.reconcile_one(REQ)
+    # the limiter still counts every failure (5 ms * 2**15 = 164 s) ...
+    assert limiter.delays[-1] == pytest.approx(163.84)
+    assert ctrl.queue.num_requeues(REQ) == 16
+    # ... but no retry is scheduled further out than the cap
+    assert waits[:13] == limiter.delays[:13]  # 5 ms .. 20.48 s: the backoff as is
+    assert waits[13:] == [30.0, 30.0, 30.0]  # 40.96, 81.92, 163.84 s capped
+    assert sample(metrics, "controller_runtime_reconcile_panics_total") == 0
+
+
+async def test_permanent_errors_are_not_capped_by_the_transient_cap() -> None:
+    api, metrics, limiter = fixture()
+    rec = PatchingReconciler(api, bug=lambda: {}["spec"])
+    ctrl = Controller(
+        "cm",
+        for_resource=CONFIGMAPS,
+        reconciler=rec,
+        metrics=metrics,
+        rate_limiter=limiter,
+        slow_retry=60.0,
+        transient_retry_cap=1.0,
+    )
+    waits: list[float] = []
+    ctrl.queue.add_after = lambda _item, delay: waits.append(delay)  # type: ignore[method-assign]
+    await ctrl.reconcile_one(REQ)
+    assert waits == [60.0]
+
+
+def test_transient_retry_cap_must_be_positive() -> None:
+    api, metrics, limiter = fixture()
+    with pytest.raises(ValueError, match="transient_retry_cap must be positive"):
+        Controller(
+            "cm",
+            for_resource=CONFIGMAPS,
+            reconciler=PatchingReconciler(api),
+            metrics=metrics,
+            rate_limiter=limiter,
+            transient_retry_cap=0.0,
+        )
+
+
 PERMANENT = [400, 404, 405, 413, 422]
 
 

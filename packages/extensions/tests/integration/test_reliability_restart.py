@@ -28,7 +28,7 @@ from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
+from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
 from kube_agent_sandbox.testing.access import ClusterAccess
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 SANDBOXES_AT_START = 12
 POOL_REPLICAS = 2
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 
 
 @pytest.fixture
@@ -72,6 +73,31 @@ async def api_back(api: ApiClient, namespace: str) -> None:
         return True
 
     await until("the API server to answer", answers)
+
+
+def _conditions(obj: Obj) -> str:
+    return ", ".join(
+        f"{c.get('type')}={c.get('status')}" + (f" ({c['reason']})" if c.get("reason") else "")
+        for c in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+async def cluster_report(api: ApiClient, namespace: str) -> str:
+    """Why Pods may not be Ready: every node's conditions and taints, every unready Pod."""
+    lines = []
+    for node in (await api.list(NODES))["items"]:
+        taints = [
+            f"{t.get('key')}:{t.get('effect')}" for t in node.get("spec", {}).get("taints") or ()
+        ]
+        lines.append(f"node {node['metadata']['name']}: {_conditions(node)}; taints {taints}")
+    for pod in (await api.list(PODS, namespace))["items"]:
+        if not ready(pod):
+            status = pod.get("status") or {}
+            lines.append(
+                f"pod {pod['metadata']['name']}: phase {status.get('phase')}, node "
+                f"{pod.get('spec', {}).get('nodeName')}, {_conditions(pod)}"
+            )
+    return "\n".join(lines)
 
 
 class Expected:
@@ -205,7 +231,7 @@ class TestApiServerRestartAndCompaction:
         try:
             await until("the cluster to match every change", agrees, seconds=180)
         except AssertionError:
-            pytest.fail("\n".join(problems))
+            pytest.fail("\n".join([*problems, await cluster_report(api, namespace)]))
         converged = time.monotonic() - started
         consistency: list[str] = []
 

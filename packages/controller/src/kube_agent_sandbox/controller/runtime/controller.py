@@ -8,7 +8,12 @@ rate-limited retry), as in controller-runtime, and the same metrics are recorded
 
 Failures differ from controller-runtime on purpose (see :mod:`.errors`): only transient ones
 (conflicts, throttling, 5xx, timeouts, dropped connections, a reconciler's ``TransientError``)
-are retried with the per-key backoff. A programming error (any other exception) is logged with
+are retried with the per-key backoff, and that backoff stops growing at ``transient_retry_cap``
+(30 s, the informers' list/watch cap) instead of controller-runtime's 1000 s: while the API
+server is down every attempt of every key fails, so after a 20-40 s outage (a restart, then a
+few seconds of 403 until its RBAC authorizer has synced) keys had failed 12-16 times and, with
+1000 s, waited 20 s to 5 minutes more for their next attempt; nothing else brings them back
+sooner, since their objects did not change. A programming error (any other exception) is logged with
 its traceback, counted in ``controller_runtime_reconcile_panics_total`` (controller-runtime's
 counter of recovered panics) and retried slowly, as is an API error that repeats until someone
 acts (400, 404, 405, 422): at most once per ``slow_retry`` seconds, longer when the key's
@@ -58,6 +63,8 @@ Watched = tuple[Resource, Mapper]
 
 SLOW_RETRY: Final = 60.0
 """Seconds at least between retries of a failure that retrying soon cannot fix."""
+TRANSIENT_RETRY_CAP: Final = 30.0
+"""Seconds at most between retries of a transient failure (the informers' list/watch cap)."""
 
 
 def _pass(predicate: Predicate | None, old: Obj | None, new: Obj | None) -> bool:
@@ -87,9 +94,11 @@ class Controller:
             process default.
         slow_retry: seconds at least before a programming error or a permanent API error is
             retried (longer when the key's backoff already is).
+        transient_retry_cap: seconds at most before a transient failure is retried, however
+            often the key failed before.
 
     Raises:
-        ValueError: if ``workers`` is not positive.
+        ValueError: if ``workers``, ``slow_retry`` or ``transient_retry_cap`` is not positive.
     """
 
     def __init__(
@@ -105,12 +114,16 @@ class Controller:
         rate_limiter: RateLimiter | None = None,
         metrics: RuntimeMetrics | None = None,
         slow_retry: float = SLOW_RETRY,
+        transient_retry_cap: float = TRANSIENT_RETRY_CAP,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be positive, got {workers}")
         if slow_retry <= 0:
             raise ValueError(f"slow_retry must be positive, got {slow_retry}")
+        if transient_retry_cap <= 0:
+            raise ValueError(f"transient_retry_cap must be positive, got {transient_retry_cap}")
         self.slow_retry = slow_retry
+        self.transient_retry_cap = transient_retry_cap
         self.name = name
         self.for_resource = for_resource
         self.reconciler = reconciler
@@ -296,7 +309,7 @@ class Controller:
             logger.error("Reconciler error (terminal, not requeued): %s", exc, extra=extra)
             return
         if kind is ErrorClass.TRANSIENT:
-            self.queue.add_rate_limited(req)
+            self.queue.add_rate_limited(req, max_delay=self.transient_retry_cap)
             logger.error("Reconciler error: %s", exc, exc_info=exc, extra=extra)
             return
         # permanent or a bug: the same request fails the same way; retry slowly

@@ -121,10 +121,19 @@ class WorkQueue(Generic[T]):
         handle = loop.call_at(deadline, self._fire_delayed, item)
         self._waiting[item] = (deadline, handle)
 
-    def add_rate_limited(self, item: T) -> None:
-        """Queue ``item`` after the delay its rate limiter gives (counts a retry)."""
+    def add_rate_limited(self, item: T, *, max_delay: float | None = None) -> None:
+        """Queue ``item`` after the delay its rate limiter gives (counts a retry).
+
+        Args:
+            item: the key to retry.
+            max_delay: seconds at most to wait, however long the limiter's delay (the limiter
+                still counts the failure); None: the limiter's delay as is.
+        """
         self._m_retries.inc()
-        self.add_after(item, self.rate_limiter.when(item))
+        delay = self.rate_limiter.when(item)
+        if max_delay is not None:
+            delay = min(delay, max_delay)
+        self.add_after(item, delay)
 
     def forget(self, item: T) -> None:
         """Reset the retry history of ``item`` (after a successful reconcile)."""
