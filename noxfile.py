@@ -128,10 +128,10 @@ def integration(session: nox.Session) -> None:
 
 
 # Restarts kube-apiserver and compacts etcd. On the shared integration cluster that disturbs the
-# tests after it (a rehearsal saw the next one fail: the controller manager and the scheduler
-# back off while the server is away, and the restarted server's watch caches of the CRDs'
-# v1alpha1 versions retry forever without the conversion webhook), so it runs alone, on a
-# cluster of its own, right after the integration run (about 2 minutes).
+# tests after it (a rehearsal saw the next one fail; the controller manager, the scheduler and
+# every informer back off, up to 30 s, while the server is away and while its RBAC authorizer
+# syncs), so it runs alone, on a cluster of its own, right after the integration run (2.5-3
+# minutes with the cluster's start).
 RESTART_TEST = "packages/extensions/tests/integration/test_reliability_restart.py"
 
 
