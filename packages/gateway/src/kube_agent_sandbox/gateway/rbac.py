@@ -1,0 +1,27 @@
+"""What the gateway may do in the cluster, as data (manifests are generated from it).
+
+The gateway reads claims, Sandboxes, Pods, warm pools, templates and its API-key Secrets
+through informers; it creates, patches and deletes only SandboxClaims, patches Sandboxes
+(resume, pause, policy annotations) and renews heartbeat Leases.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.rbac import PolicyRule, rule
+
+RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
+    rule(
+        c.EXTENSIONS_GROUP,
+        "sandboxclaims",
+        ("get", "list", "watch", "create", "patch", "delete"),
+    ),
+    rule(c.EXTENSIONS_GROUP, ("sandboxwarmpools", "sandboxtemplates"), ("get", "list", "watch")),
+    rule(c.GROUP, "sandboxes", ("get", "list", "watch", "patch")),
+    rule("", "pods", ("get", "list", "watch")),
+    rule("", "secrets", ("get", "list", "watch")),
+    rule("coordination.k8s.io", "leases", ("get", "create", "update")),
+)
+"""The gateway's ClusterRole rules (bind with a RoleBinding per tenant namespace to scope it)."""
