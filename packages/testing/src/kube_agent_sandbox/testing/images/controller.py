@@ -65,12 +65,15 @@ def _wheel_fingerprint(wheels: Sequence[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_wheels(repo_root: Path, dest: Path) -> list[Path]:
+def build_wheels(
+    repo_root: Path, dest: Path, *, packages: Sequence[str] = IMAGE_PACKAGES
+) -> list[Path]:
     """Build the wheels of the packages that go into the image.
 
     Args:
         repo_root: The repository (uv workspace) root.
         dest: Folder for the wheels.
+        packages: Workspace packages (folder names under ``packages/``).
 
     Returns:
         The wheel files.
@@ -78,7 +81,7 @@ def build_wheels(repo_root: Path, dest: Path) -> list[Path]:
     Raises:
         ImageBuildError: If a build fails.
     """
-    for package in IMAGE_PACKAGES:
+    for package in packages:
         run(
             [_uv(), "build", "--quiet", "--wheel", "--out-dir", str(dest), f"packages/{package}"],
             what=f"uv build {package}",
@@ -86,21 +89,22 @@ def build_wheels(repo_root: Path, dest: Path) -> list[Path]:
             timeout=600,
         )
     wheels = sorted(dest.glob("*.whl"))
-    if len(wheels) != len(IMAGE_PACKAGES):
-        raise ImageBuildError(f"expected {len(IMAGE_PACKAGES)} wheels, found {wheels}")
+    if len(wheels) != len(packages):
+        raise ImageBuildError(f"expected {len(packages)} wheels, found {wheels}")
     return wheels
 
 
-def locked_requirements(repo_root: Path) -> str:
+def locked_requirements(repo_root: Path, *, packages: Sequence[str] = IMAGE_PACKAGES) -> str:
     """The third-party requirements of the image's packages, pinned by ``uv.lock``.
 
     Args:
         repo_root: The repository (uv workspace) root.
+        packages: Workspace packages whose requirements are exported.
 
     Returns:
         requirements.txt text (no workspace packages, no dev tools).
     """
-    packages = [f"--package=kube-agent-sandbox-{p}" for p in IMAGE_PACKAGES]
+    selected = [f"--package=kube-agent-sandbox-{p}" for p in packages]
     return run(
         [
             _uv(),
@@ -109,7 +113,7 @@ def locked_requirements(repo_root: Path) -> str:
             "--no-dev",
             "--no-emit-workspace",
             "--no-header",
-            *packages,
+            *selected,
         ],
         what="uv export",
         cwd=repo_root,
