@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,7 @@ def gateway(
     controller_runner: ControllerRunner,
     real_node_environment: Any,
     tmp_path: Path,
-) -> Iterator[dict[str, str]]:
+) -> dict[str, str]:
     """The sandbox image on the node, a warm ``base`` template, the gateway and a tenant key."""
     image = sandbox_image(REPO_ROOT)
     real_node_environment.node.import_image(image)
@@ -164,7 +164,7 @@ def gateway(
         timeout=240,
         what="a Ready warm member running sandboxd",
     )
-    yield {"url": url, "key": key}
+    return {"url": url, "key": key}
 
 
 def test_e2b_sdk_runs_commands_and_files_in_a_real_container(
