@@ -1,0 +1,134 @@
+"""``sandboxd-interpreter``: runs the code-interpreter server (port 49999) with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from kube_agent_sandbox.sandboxd.interpreter.app import build_app
+from kube_agent_sandbox.sandboxd.interpreter.config import (
+    DEFAULT_PORT,
+    TOKEN_ENV,
+    InterpreterOptions,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
+    """Parses the command line into options.
+
+    Args:
+        argv: The arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The options.
+    """
+    parser = argparse.ArgumentParser(
+        prog="sandboxd-interpreter",
+        description="Code-interpreter server for e2b-code-interpreter clients (POST /execute ...).",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 49999)")
+    parser.add_argument(
+        "--access-token-file",
+        type=Path,
+        help=f"file holding the access token to require (else ${TOKEN_ENV}; else no token)",
+    )
+    parser.add_argument("--cwd", default="", help="working directory of new contexts")
+    parser.add_argument("--python", default=sys.executable, help="interpreter for Python contexts")
+    parser.add_argument("--log-level", default="info", help="logging level")
+    args = parser.parse_args(argv)
+    token: str | None
+    if args.access_token_file is not None:
+        try:
+            token = args.access_token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            parser.error(f"cannot read --access-token-file: {exc}")
+        if not token:
+            parser.error("--access-token-file is empty")
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip() or None
+    if args.cwd and not Path(args.cwd).is_dir():
+        parser.error(f"--cwd {args.cwd!r} is not a directory")
+    if not 0 < args.port < 65536:
+        parser.error("--port must be between 1 and 65535")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return InterpreterOptions(
+        host=args.host,
+        port=args.port,
+        access_token=token,
+        default_cwd=args.cwd,
+        python=args.python,
+    )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Binds the listening socket up front, so a taken port is a clear error.
+
+    Args:
+        host: The address.
+        port: The port.
+
+    Returns:
+        The bound socket.
+
+    Raises:
+        SystemExit: The port is taken (or the address is unusable).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise SystemExit(
+                f"sandboxd-interpreter: port {port} on {host} is already in use "
+                "(another code interpreter or test server runs there)"
+            ) from exc
+        raise SystemExit(f"sandboxd-interpreter: cannot listen on {host}:{port}: {exc}") from exc
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the server until interrupted.
+
+    Args:
+        argv: The arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code.
+    """
+    options = parse_args(argv)
+    sock = bind(options.host, options.port)
+    logger.info(
+        "code interpreter on %s:%d (access token %s)",
+        options.host,
+        options.port,
+        "required" if options.access_token else "not required",
+    )
+    config = uvicorn.Config(
+        build_app(options),
+        log_level=logging.getLogger().level,
+        access_log=False,
+        timeout_keep_alive=75,
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
