@@ -141,7 +141,7 @@ def gateway(
     )
     url = f"http://127.0.0.1:{port}"
     wait_until(
-        lambda: _status(f"{url}/v2/sandboxes") == 401, timeout=60, what="gateway", process=process
+        lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process
     )
     created = subprocess.run(
         [

@@ -207,13 +207,14 @@ def _start_gateway(
     ]
     process = runner.start_command(argv, identity=identity, name="gateway")
     url = f"http://127.0.0.1:{port}"
-    # Up and answering: an unauthenticated control-plane call is refused with 401.
     wait_until(
-        lambda: _status(f"{url}/v2/sandboxes") == 401,
+        lambda: _status(f"{url}/health") == 200,
         timeout=60,
-        what="gateway answering 401 without a key",
+        what="gateway /health (caches synced)",
         process=process,
     )
+    # An unauthenticated control-plane call is refused.
+    assert _status(f"{url}/v2/sandboxes") == 401
     return process, url
 
 
