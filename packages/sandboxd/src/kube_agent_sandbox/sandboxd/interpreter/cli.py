@@ -86,7 +86,9 @@ def bind(host: str, port: int) -> socket.socket:
         SystemExit: The port is taken (or the address is unusable).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then (without it
+    # every response waits ~40 ms for a delayed ACK between its header and body writes).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
