@@ -94,21 +94,29 @@ class DataPlaneDispatch:
 
     Args:
         app: the control plane.
-        data_plane: the data-plane app.
-        domain: the wildcard domain of the hostname form, or None.
+        state: the gateway state (its options name the domain; the data plane uses it).
     """
 
-    def __init__(self, app: ASGIApp, *, data_plane: ASGIApp, domain: str | None) -> None:
+    def __init__(self, app: ASGIApp, *, state: GatewayState) -> None:
         self.app = app
-        self.data_plane = data_plane
-        self.domain = domain
+        self.state = state
+        self.domain = state.options.domain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Dispatch one request."""
         if scope["type"] in ("http", "websocket") and is_data_plane(scope, self.domain):
-            await self.data_plane(scope, receive, send)
+            await data_plane_of(self.state)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def data_plane_of(state: GatewayState) -> ASGIApp:
+    """The data-plane app of ``state``, built on first use (after the state started)."""
+    app = getattr(state, "data_plane", None)
+    if app is None:
+        app = data_plane_app(state)
+        state.data_plane = app
+    return app
 
 
 def build_app(state: GatewayState) -> Starlette:
@@ -120,17 +128,19 @@ def build_app(state: GatewayState) -> Starlette:
         try:
             yield
         finally:
+            data_plane = state.data_plane
+            state.data_plane = None
+            close = getattr(data_plane, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    logger.exception("closing the data plane failed")
             await state.stop()
 
     app = Starlette(
         routes=control_plane_routes(state),
-        middleware=[
-            Middleware(
-                DataPlaneDispatch,
-                data_plane=data_plane_app(state),
-                domain=state.options.domain,
-            )
-        ],
+        middleware=[Middleware(DataPlaneDispatch, state=state)],
         lifespan=lifespan,
     )
     app.state.gateway = state

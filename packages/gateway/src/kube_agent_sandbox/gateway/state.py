@@ -38,6 +38,10 @@ CACHE_SYNC_TIMEOUT = 120.0
 HEARTBEAT_PATH = "/_gateway/heartbeat"
 
 
+class NotStarted(RuntimeError, AttributeError):
+    """The state is used before :meth:`GatewayState.start` (``getattr(..., None)`` sees None)."""
+
+
 class GatewayClient(Client, ListWatcher, Protocol):
     """What the gateway needs of its client: writes plus list/watch (for the informers)."""
 
@@ -148,6 +152,8 @@ class GatewayState:
         self.creates: dict[tuple[str, str], asyncio.Future[str]] = {}
         """In-flight creates by ``(namespace, Idempotency-Key)`` -> future of the sandbox id."""
         self._helpers: list[Any] = []
+        self.data_plane: Any = None
+        """The data-plane ASGI app, built by the app on first use."""
         self.started = False
 
     # -- accessors (valid after start) ------------------------------------------------------
@@ -155,21 +161,21 @@ class GatewayState:
     def api(self) -> GatewayClient:
         """The Kubernetes client."""
         if self._api is None:
-            raise RuntimeError("the gateway state is not started")
+            raise NotStarted("the gateway state is not started")
         return self._api
 
     @property
     def index(self) -> SandboxIndex:
         """The sandbox index over the caches."""
         if self._index is None:
-            raise RuntimeError("the gateway state is not started")
+            raise NotStarted("the gateway state is not started")
         return self._index
 
     @property
     def tenants(self) -> Tenants:
         """API-key authentication."""
         if self._tenants is None:
-            raise RuntimeError("the gateway state is not started")
+            raise NotStarted("the gateway state is not started")
         return self._tenants
 
     @property
