@@ -191,3 +191,117 @@ async def eventually(check: Callable[[], bool], *, within: float = 5.0) -> None:
 def auto_resume_annotations(by: str = constants.SUSPENDED_BY_IDLE) -> dict[str, str]:
     """Sandbox annotations allowing resume on traffic after a policy suspend."""
     return {constants.ANNOTATION_AUTO_RESUME: "true", constants.ANNOTATION_SUSPENDED_BY: by}
+
+
+class LocalStream:
+    """An exec stream over a local subprocess (same interface as ``podexec.ExecStream``)."""
+
+    can_close_stdin = True
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.exit_code: int | None = None
+        self.failure: str | None = None
+        self._queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
+        self._readers = [
+            asyncio.ensure_future(self._drain(1, proc.stdout)),
+            asyncio.ensure_future(self._drain(2, proc.stderr)),
+        ]
+        self._open = 2
+
+    async def _drain(self, channel: int, pipe: asyncio.StreamReader | None) -> None:
+        assert pipe is not None
+        while chunk := await pipe.read(65536):
+            await self._queue.put((channel, chunk))
+        await self._queue.put(None)
+
+    async def write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        await self.proc.stdin.drain()
+
+    async def close_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    async def read(self) -> tuple[int, bytes] | None:
+        while self._open:
+            item = await self._queue.get()
+            if item is None:
+                self._open -= 1
+                continue
+            return item
+        self.exit_code = await self.proc.wait()
+        return None
+
+    async def close(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        for reader in self._readers:
+            reader.cancel()
+
+
+@dataclass
+class LocalOutput:
+    """What ``podexec.Output`` holds."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    failure: str | None = None
+
+
+class LocalExec:
+    """Runs the exec fallback's commands as local processes with ``HOME=home``.
+
+    Attributes:
+        commands: every argv opened, in order.
+    """
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+        self.commands: list[list[str]] = []
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self,
+        namespace: str,
+        pod: str,
+        argv: list[str],
+        *,
+        container: str | None,
+        stdin: bool = False,
+    ) -> AsyncIterator[LocalStream]:
+        import os
+
+        assert namespace == "tenant-a"
+        assert pod == SANDBOX_ID
+        self.commands.append(list(argv))
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "HOME": self.home},
+        )
+        stream = LocalStream(proc)
+        try:
+            yield stream
+        finally:
+            await stream.close()
+
+    async def run(
+        self, namespace: str, pod: str, argv: list[str], *, container: str | None = None
+    ) -> LocalOutput:
+        out: list[bytes] = []
+        err: list[bytes] = []
+        async with self.open(namespace, pod, argv, container=container) as stream:
+            while (chunk := await stream.read()) is not None:
+                (out if chunk[0] == 1 else err).append(chunk[1])
+        return LocalOutput(
+            stream.exit_code if stream.exit_code is not None else -1, b"".join(out), b"".join(err)
+        )
+
+    async def aclose(self) -> None:
+        return None
