@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kube_agent_sandbox.sandboxd.interpreter import events
+from kube_agent_sandbox.sandboxd.interpreter.pipes import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -75,26 +76,19 @@ class ShellRunner:
             merged = dict(os.environ)
             merged.update(env or {})
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    self.shell,
-                    "-c",
-                    code,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
+                proc, stdout, stderr = await spawn(
+                    [self.shell, "-c", code],
                     cwd=self.cwd,
                     env=merged,
-                    start_new_session=True,
+                    stdin=asyncio.subprocess.DEVNULL,
                 )
             except OSError as exc:
                 yield events.error_event("ShellError", f"cannot start {self.shell}: {exc}")
                 return
             queue: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
-            assert proc.stdout is not None
-            assert proc.stderr is not None
             pumps = [
-                asyncio.create_task(_pump("stdout", proc.stdout, queue)),
-                asyncio.create_task(_pump("stderr", proc.stderr, queue)),
+                asyncio.create_task(_pump("stdout", stdout, queue)),
+                asyncio.create_task(_pump("stderr", stderr, queue)),
             ]
             loop = asyncio.get_running_loop()
             deadline = None if time_limit is None else loop.time() + time_limit

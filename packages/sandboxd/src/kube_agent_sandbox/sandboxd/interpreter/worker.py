@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kube_agent_sandbox.sandboxd.interpreter import events
+from kube_agent_sandbox.sandboxd.interpreter.pipes import open_reader, spawn
 from kube_agent_sandbox.sandboxd.interpreter.protocol import (
     FrameError,
     SyncSplitter,
@@ -66,17 +67,19 @@ class _Process:
     """
 
     def __init__(
-        self, proc: asyncio.subprocess.Process, events_reader: asyncio.StreamReader, token: str
+        self,
+        proc: asyncio.subprocess.Process,
+        readers: tuple[asyncio.StreamReader, asyncio.StreamReader, asyncio.StreamReader],
+        token: str,
     ) -> None:
         self.proc = proc
         self.token = token
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.last_seq = 0  # the number of the last event the server consumed
-        assert proc.stdout is not None
-        assert proc.stderr is not None
+        stdout, stderr, events_reader = readers
         self.tasks = [
-            asyncio.create_task(self._pump_output("stdout", proc.stdout)),
-            asyncio.create_task(self._pump_output("stderr", proc.stderr)),
+            asyncio.create_task(self._pump_output("stdout", stdout)),
+            asyncio.create_task(self._pump_output("stderr", stderr)),
             asyncio.create_task(self._pump_events(events_reader)),
         ]
 
@@ -139,7 +142,6 @@ class _Process:
 
 
 async def _spawn(settings: WorkerSettings, cwd: str) -> tuple[_Process, dict[str, Any]]:
-    loop = asyncio.get_running_loop()
     read_fd, write_fd = os.pipe()
     token = secrets.token_hex(8)
     env = dict(os.environ)
@@ -147,30 +149,19 @@ async def _spawn(settings: WorkerSettings, cwd: str) -> tuple[_Process, dict[str
     if settings.env:
         env.update(settings.env)
     try:
-        proc = await asyncio.create_subprocess_exec(
-            settings.python,
-            "-u",
-            str(DRIVER),
-            str(write_fd),
-            token,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            pass_fds=(write_fd,),
+        proc, stdout, stderr = await spawn(
+            [settings.python, "-u", str(DRIVER), str(write_fd), token],
             cwd=cwd,
             env=env,
-            start_new_session=True,
+            stdin=asyncio.subprocess.PIPE,
+            pass_fds=(write_fd,),
         )
     except OSError as exc:
         os.close(read_fd)
         raise WorkerError(f"cannot start {settings.python}: {exc}") from exc
     finally:
         os.close(write_fd)
-    reader = asyncio.StreamReader(limit=2**20)
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
-    )
-    process = _Process(proc, reader, token)
+    process = _Process(proc, (stdout, stderr, await open_reader(read_fd)), token)
     try:
         ready = await asyncio.wait_for(_wait_ready(process), START_TIMEOUT_SECONDS)
     except (TimeoutError, WorkerError):
