@@ -22,6 +22,8 @@ from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
 from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 from kube_agent_sandbox.extensions.idle.resources import LEASES
+from kube_agent_sandbox.sdk import AsyncSandboxClient
+from kube_agent_sandbox.sdk.config import load_kubeconfig
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 pytestmark = pytest.mark.integration
@@ -84,6 +86,17 @@ async def env(cluster: Any, namespace: str, extensions_controller: list[Any]) ->
         yield e
 
 
+@pytest.fixture
+async def sdk(cluster: Any, namespace: str) -> AsyncIterator[AsyncSandboxClient]:
+    config = load_kubeconfig(cluster.kubeconfig)
+    config.namespace = namespace
+    client = AsyncSandboxClient(config)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 class TestIdleShutdown:
     extensions = ("idle",)
     controller_options = ControllerOptions(
@@ -132,6 +145,31 @@ class TestIdleShutdown:
         assert lease is not None
         assert lease["metadata"]["labels"] == {c.LABEL_HEARTBEAT: "true"}
         await env.until_suspended("busy")
+
+    async def test_the_sdk_keepalive_renews_the_lease(
+        self, env: Env, sdk: AsyncSandboxClient
+    ) -> None:
+        await env.create_sandbox("kept", {c.ANNOTATION_IDLE_TIMEOUT: "4s"})
+        await env.until_ready("kept")
+        handle = sdk.sandbox("kept")
+        deadline = time.monotonic() + 9
+        while time.monotonic() < deadline:
+            lease = await handle.keepalive(holder="sdk-test")
+            assert lease is not None
+            await asyncio.sleep(1)
+            obj = await env.get(SANDBOXES, "kept")
+            assert obj is not None
+            assert obj["spec"].get("operatingMode") != "Suspended", "suspended while kept alive"
+        lease = await env.get(LEASES, "kept")
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == "sdk-test"
+        assert lease["spec"]["leaseDurationSeconds"] == 4
+        assert lease["metadata"]["ownerReferences"][0]["name"] == "kept"
+        # A Sandbox without an idle policy has nothing to keep alive: nothing is written.
+        await env.create_sandbox("plain", {})
+        assert await sdk.keepalive("plain") is None
+        assert await env.get(LEASES, "plain") is None
+        await env.until_suspended("kept")
 
     async def test_an_invalid_timeout_is_reported_and_nothing_happens(self, env: Env) -> None:
         await env.create_sandbox("typo", {c.ANNOTATION_IDLE_TIMEOUT: "5 minutes"})

@@ -9,6 +9,7 @@ standard library.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
@@ -17,6 +18,7 @@ __all__ = [
     "LEASE_API_VERSION",
     "LEASE_GROUP",
     "LEASE_PLURAL",
+    "duration_seconds",
     "format_micro_time",
     "lease_body",
     "parse_micro_time",
@@ -26,6 +28,32 @@ __all__ = [
 LEASE_GROUP: Final = "coordination.k8s.io"
 LEASE_API_VERSION: Final = f"{LEASE_GROUP}/v1"
 LEASE_PLURAL: Final = "leases"
+
+_DURATION_PART: Final = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|\u00b5s|ms|s|m|h)")
+_UNIT_SECONDS: Final = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def duration_seconds(text: str | None) -> float | None:
+    """A positive Go duration (``15m``, ``1h30m``, ``90s``) in seconds; None for anything else.
+
+    For writers that only need the number (``leaseDurationSeconds``); the idle reconciler
+    validates the annotation with the full Go parser and reports bad values.
+    """
+    value = (text or "").strip()
+    if not value or _DURATION_PART.sub("", value):
+        return None
+    total = sum(
+        float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(value)
+    )
+    return total if total > 0 else None
 
 
 def format_micro_time(moment: dt.datetime) -> str:
