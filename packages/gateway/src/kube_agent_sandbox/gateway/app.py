@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
 from kube_agent_sandbox.gateway.errors import e2b_error
-from kube_agent_sandbox.gateway.state import GatewayState
+from kube_agent_sandbox.gateway.state import HEARTBEAT_PATH, GatewayState
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +61,21 @@ def parse_host(host: str, domain: str | None) -> HostTarget | None:
 
 
 def is_data_plane(scope: Scope, domain: str | None) -> bool:
-    """Whether an HTTP/WebSocket request is addressed to a sandbox."""
+    """Whether an HTTP/WebSocket request is addressed to a sandbox.
+
+    The daemons' heartbeat (``POST /_gateway/heartbeat`` with ``E2b-Sandbox-Id``) is the one
+    header-addressed path the gateway serves itself.
+    """
     host = ""
+    by_header = False
     for key, value in scope.get("headers") or ():
         if key == SANDBOX_ID_HEADER:
-            return True
-        if key == b"host":
+            by_header = True
+        elif key == b"host":
             host = value.decode("latin-1")
-    return bool(host) and parse_host(host, domain) is not None
+    if host and parse_host(host, domain) is not None:
+        return True
+    return by_header and scope.get("path") != HEARTBEAT_PATH
 
 
 async def _no_data_plane(scope: Scope, receive: Receive, send: Send) -> None:

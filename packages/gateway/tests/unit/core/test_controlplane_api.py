@@ -451,3 +451,24 @@ async def test_data_plane_requests_go_to_the_data_plane(gateway: Gateway) -> Non
     assert seen == ["/sandboxes", "/health"]
     control = await gateway.client.get("/health", headers={"Host": "api.example.org"})
     assert control.json() == {"status": "ok"}
+
+
+async def test_heartbeat_path_is_served_by_the_gateway(gateway: Gateway) -> None:
+    async def data_plane(scope: Scope, receive: Receive, send: Send) -> None:
+        await PlainTextResponse("data plane", status_code=299)(scope, receive, send)
+
+    gateway.state.data_plane = data_plane
+    sid = await _create(gateway)
+    uid = claim_of(gateway.api, sid)["metadata"]["uid"]
+    headers = {"E2b-Sandbox-Id": sid}
+    wrong = await gateway.client.post(
+        "/_gateway/heartbeat", headers={**headers, "X-Access-Token": "nope"}
+    )
+    assert wrong.status_code == 401
+    right = await gateway.client.post(
+        "/_gateway/heartbeat",
+        headers={**headers, "X-Access-Token": gateway.state.tokens.envd_access_token(uid)},
+    )
+    assert right.status_code == 204
+    other_path = await gateway.client.post("/_gateway/other", headers=headers)
+    assert other_path.status_code == 299

@@ -32,7 +32,15 @@ def control_plane_routes(state: GatewayState) -> list[Route]:
         return JSONResponse({"status": "ok"})
 
     sid = "{sandbox_id}"
+    extra: list[Route] = []
+    try:
+        from kube_agent_sandbox.gateway.activity import heartbeat_route
+    except ImportError:  # idle shutdown not installed: no heartbeat endpoint
+        pass
+    else:
+        extra.append(heartbeat_route(state))
     return [
+        *extra,
         Route("/health", health, methods=["GET"]),
         Route("/v2/sandboxes", bind(create_sandbox), methods=["POST"]),
         Route("/sandboxes", bind(create_sandbox), methods=["POST"]),
