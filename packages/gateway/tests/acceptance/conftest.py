@@ -20,6 +20,7 @@ workspace's own (newest) or the oldest supported, installed with ``uv`` into
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -162,15 +163,12 @@ def _start_daemons(
         [sys.executable, "-m", "kube_agent_sandbox.sandboxd", "--port", str(envd_port)],
         cwd=workdir,
     )
+    module = "kube_agent_sandbox.sandboxd.interpreter"
+    if importlib.util.find_spec(f"{module}.__main__") is None:
+        module += ".cli"
     interpreter = supervisor.start(
         "interpreter",
-        [
-            sys.executable,
-            "-m",
-            "kube_agent_sandbox.sandboxd.interpreter",
-            "--port",
-            str(interpreter_port),
-        ],
+        [sys.executable, "-m", module, "--port", str(interpreter_port)],
         cwd=workdir,
     )
     for process, port in ((sandboxd, envd_port), (interpreter, interpreter_port)):
