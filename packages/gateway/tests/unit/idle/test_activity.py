@@ -107,6 +107,8 @@ async def test_steady_traffic_costs_one_write_per_interval() -> None:
     assert writes_1m == 10
     # The floor: never more often than every 5 s.
     assert flush_interval(10) == 5.0
+    writes_floor, _, _ = await _steady_traffic(idle="10s", seconds=60)
+    assert writes_floor == 12
 
 
 async def test_the_first_request_after_a_quiet_period_is_written_at_once() -> None:
