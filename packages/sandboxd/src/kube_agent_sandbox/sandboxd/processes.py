@@ -383,7 +383,9 @@ class ProcessManager:
                 os.close(managed._pty_master)
             managed._pty_master = None
         exit_code, exited, status = exit_description(returncode)
-        end: dict[str, Any] = {"exited": exited, "status": status}
+        end: dict[str, Any] = {"status": status}
+        if exited:
+            end["exited"] = True
         if exit_code:
             end["exitCode"] = exit_code
             end["error"] = status
