@@ -6,9 +6,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from starlette.applications import Starlette
-from starlette.testclient import TestClient
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import parse_micro_time
@@ -255,21 +255,22 @@ class _State:
 
 
 @pytest.fixture
-def heartbeat_client() -> tuple[TestClient, ActivityTracker, Tokens]:
+def heartbeat_client() -> tuple[httpx.AsyncClient, ActivityTracker, Tokens]:
     api, clocks = FakeApi(), Clocks()
     tr = tracker(api, clocks)
     tokens = Tokens(b"k" * 32)
     state = _State(_Index(record()), tokens, tr)
     app = Starlette(routes=[heartbeat_route(state)])
-    return TestClient(app), tr, tokens
+    transport = httpx.ASGITransport(app=app)
+    return httpx.AsyncClient(transport=transport, base_url="http://gateway"), tr, tokens
 
 
-def test_a_heartbeat_with_the_envd_token_is_activity(
-    heartbeat_client: tuple[TestClient, ActivityTracker, Tokens],
+async def test_a_heartbeat_with_the_envd_token_is_activity(
+    heartbeat_client: tuple[httpx.AsyncClient, ActivityTracker, Tokens],
 ) -> None:
     client, tr, tokens = heartbeat_client
     token = tokens.envd_access_token("claim-sb1")
-    answer = client.post(
+    answer = await client.post(
         HEARTBEAT_PATH,
         headers={"X-Access-Token": token, "E2b-Sandbox-Id": "sb1"},
         json={"runningProcesses": 1},
@@ -288,21 +289,23 @@ def test_a_heartbeat_with_the_envd_token_is_activity(
         {"X-Access-Token": "x"},
     ],
 )
-def test_a_heartbeat_without_the_right_token_is_refused(
-    heartbeat_client: tuple[TestClient, ActivityTracker, Tokens], headers: dict[str, str]
+async def test_a_heartbeat_without_the_right_token_is_refused(
+    heartbeat_client: tuple[httpx.AsyncClient, ActivityTracker, Tokens], headers: dict[str, str]
 ) -> None:
     client, tr, _ = heartbeat_client
-    answer = client.post(HEARTBEAT_PATH, headers=headers)
+    answer = await client.post(HEARTBEAT_PATH, headers=headers)
     assert answer.status_code == 401
     assert answer.json()["code"] == 401
     assert tr.due() == []
 
 
-def test_another_sandboxes_token_is_refused(
-    heartbeat_client: tuple[TestClient, ActivityTracker, Tokens],
+async def test_another_sandboxes_token_is_refused(
+    heartbeat_client: tuple[httpx.AsyncClient, ActivityTracker, Tokens],
 ) -> None:
     client, tr, tokens = heartbeat_client
     token = tokens.envd_access_token("claim-other")
-    answer = client.post(HEARTBEAT_PATH, headers={"X-Access-Token": token, "E2b-Sandbox-Id": "sb1"})
+    answer = await client.post(
+        HEARTBEAT_PATH, headers={"X-Access-Token": token, "E2b-Sandbox-Id": "sb1"}
+    )
     assert answer.status_code == 401
     assert tr.due() == []
