@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,14 +29,14 @@ async def _client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    options = InterpreterOptions(default_cwd=str(tmp_path), keepalive_seconds=0.1)
+    options = InterpreterOptions(default_cwd=str(tmp_path), keepalive_seconds=0.1, envd_url="")
     async for c in _client(build_app(options)):
         yield c
 
 
 @pytest.fixture
 async def guarded(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    options = InterpreterOptions(default_cwd=str(tmp_path), access_token=TOKEN)
+    options = InterpreterOptions(default_cwd=str(tmp_path), access_token=TOKEN, envd_url="")
     async for c in _client(build_app(options)):
         yield c
 
@@ -235,3 +237,101 @@ async def test_a_python_that_cannot_start_is_a_500(tmp_path: Path) -> None:
             assert "cannot start /nonexistent/python" in response.text
         bash = await client.post("/execute", json={"code": "echo ok", "language": "bash"})
         assert _lines(bash)[1]["text"] == "ok\n"
+
+
+class _FakeEnvd:
+    """A tiny envd ``GET /envs`` on an ephemeral port, in a thread."""
+
+    def __init__(self, *, body: bytes, status: int = 200, token: str | None = None) -> None:
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake.requests.append((self.path, self.headers.get("X-Access-Token")))
+                if token is not None and self.headers.get("X-Access-Token") != token:
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                del format, args
+
+        self.requests: list[tuple[str, str | None]] = []
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> _FakeEnvd:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def _result_text(client: httpx.AsyncClient, body: dict[str, Any], **kw: Any) -> str | None:
+    lines = _lines(await client.post("/execute", json=body, **kw))
+    results = [line["text"] for line in lines if line["type"] == "result"]
+    return results[0] if results else None
+
+
+async def test_global_env_vars_come_from_envd_with_the_callers_token(tmp_path: Path) -> None:
+    body = json.dumps({"GLOBAL_A": "one", "B=C": "dropped", "NUM": 5}).encode()
+    with _FakeEnvd(body=body, token="tok") as envd:
+        options = InterpreterOptions(default_cwd=str(tmp_path), envd_url=envd.url)
+        async for client in _client(build_app(options)):
+            headers = {"X-Access-Token": "tok"}
+            code = "import os\nos.environ.get('GLOBAL_A'), os.environ.get('NUM')"
+            assert await _result_text(client, {"code": code}, headers=headers) == "('one', None)"
+            assert envd.requests == [("/envs", "tok")]
+            # Per-execution env wins for that execution only; the global value stays.
+            over = {"code": "os.environ['GLOBAL_A']", "env_vars": {"GLOBAL_A": "two"}}
+            assert await _result_text(client, over) == "two"
+            assert await _result_text(client, {"code": "os.environ['GLOBAL_A']"}) == "one"
+            # A restarted worker gets the global env again; envd is asked once per context.
+            (default,) = (await client.get("/contexts")).json()
+            await client.post(f"/contexts/{default['id']}/restart")
+            restarted = {"code": "import os\nos.environ.get('GLOBAL_A')"}
+            assert await _result_text(client, restarted) == "one"
+            shell = _lines(
+                await client.post(
+                    "/execute", json={"code": "echo $GLOBAL_A", "language": "bash"}, headers=headers
+                )
+            )
+            assert [line["text"] for line in shell if line["type"] == "stdout"] == ["one\n"]
+            assert len(envd.requests) == 2  # python default, then the bash default
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "token"),
+    [
+        (b"{broken", 200, None),
+        (b'["A"]', 200, None),
+        (b'{"A": "1"}', 500, None),
+        (b'{"A": "1"}', 200, "other-token"),  # envd refuses the caller's token
+    ],
+)
+async def test_unusable_envd_answers_leave_the_env_alone(
+    tmp_path: Path, body: bytes, status: int, token: str | None
+) -> None:
+    with _FakeEnvd(body=body, status=status, token=token) as envd:
+        options = InterpreterOptions(default_cwd=str(tmp_path), envd_url=envd.url)
+        async for client in _client(build_app(options)):
+            code = {"code": "import os\nos.environ.get('A', 'unset')"}
+            assert await _result_text(client, code) == "unset"
+            assert len(envd.requests) == 1
+
+
+async def test_no_envd_is_fine(tmp_path: Path) -> None:
+    for url in ("", "http://127.0.0.1:9", "not a url"):
+        options = InterpreterOptions(default_cwd=str(tmp_path), envd_url=url)
+        async for client in _client(build_app(options)):
+            assert await _result_text(client, {"code": "3"}) == "3"

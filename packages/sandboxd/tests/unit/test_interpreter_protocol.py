@@ -266,6 +266,8 @@ def test_cli_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     options = parse_args(["--access-token-file", str(token_file), "--port", "5000"])
     assert options.access_token == "s3cret"
     assert options.port == 5000
+    assert options.envd_url == "http://127.0.0.1:49983"
+    assert parse_args(["--envd-url", ""]).envd_url == ""
     monkeypatch.setenv("SANDBOXD_INTERPRETER_ACCESS_TOKEN", "from-env")
     assert parse_args([]).access_token == "from-env"
     monkeypatch.delenv("SANDBOXD_INTERPRETER_ACCESS_TOKEN")
@@ -277,6 +279,7 @@ def test_cli_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ["--access-token-file", str(tmp_path / "missing")],
         ["--cwd", str(tmp_path / "missing")],
         ["--port", "0"],
+        ["--envd-url", "ftp://x"],
     ):
         with pytest.raises(SystemExit):
             parse_args(bad)

@@ -1,18 +1,25 @@
 """Acceptance: the real ``e2b-code-interpreter`` 2.11.5 SDK against ``sandboxd-interpreter``.
 
 With ``E2B_DEBUG=true`` the SDK makes no control-plane call and talks to
-``http://localhost:49999`` directly, so the server runs on that fixed port (one module; a taken
-port fails the module with a clear message).
+``http://localhost:49999`` directly. The machine is shared, so most tests point the SDK at a
+server on a free port with ``E2B_SANDBOX_URL`` (which wins over the debug address); one test runs
+a second server on the fixed port 49999 and uses plain debug mode (a port that stays taken fails
+it with a clear message).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
+import json
 import logging
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,55 +44,100 @@ def _port_taken(port: int) -> bool:
     return False
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _run_server(port: int, cwd: Path, envd_url: str) -> Iterator[None]:
+    log_path = cwd / f"server-{port}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kube_agent_sandbox.sandboxd.interpreter.cli",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--cwd",
+                str(cwd),
+                "--envd-url",
+                envd_url,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"server exited: {log_path.read_text()}")
+                try:
+                    response = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                    if response.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail("server did not become healthy in 30 s")
+                time.sleep(0.1)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Runs ``sandboxd-interpreter`` on 127.0.0.1:49999; yields the default working directory."""
-    if _port_taken(PORT):
-        pytest.fail(
-            f"port {PORT} is taken: the SDK's debug mode needs it for the code interpreter; "
-            "stop whatever listens there and re-run"
-        )
+    """Runs ``sandboxd-interpreter`` on a free port; yields the default working directory."""
     cwd = tmp_path_factory.mktemp("interp-home")
-    log = (cwd / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kube_agent_sandbox.sandboxd.interpreter.cli",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(PORT),
-            "--cwd",
-            str(cwd),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    # A stand-in for envd's GET /envs (the sandbox's global env vars from Sandbox.create(envs=)).
+    envd_dir = tmp_path_factory.mktemp("envd")
+    (envd_dir / "envs").write_text(json.dumps({"FROM_ENVD": "global"}))
+    envd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0),
+        functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(envd_dir)),
     )
+    threading.Thread(target=envd.serve_forever, daemon=True).start()
+    port = _free_port()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited: {(cwd / 'server.log').read_text()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{PORT}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("server did not become healthy in 30 s")
-            time.sleep(0.1)
-        with pytest.MonkeyPatch.context() as patch:
+        with (
+            _run_server(port, cwd, f"http://127.0.0.1:{envd.server_address[1]}"),
+            pytest.MonkeyPatch.context() as patch,
+        ):
             patch.setenv("E2B_DEBUG", "true")
+            patch.setenv("E2B_SANDBOX_URL", f"http://127.0.0.1:{port}")
             yield cwd
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        envd.shutdown()
+        envd.server_close()
+
+
+def test_plain_debug_mode_reaches_port_49999(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deadline = time.monotonic() + 30
+    while _port_taken(PORT):
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"port {PORT} stayed taken for 30 s: the SDK's debug mode needs it for the code "
+                "interpreter; stop whatever listens there and re-run"
+            )
+        time.sleep(1)
+    with _run_server(PORT, tmp_path, ""):
+        monkeypatch.setenv("E2B_DEBUG", "true")
+        monkeypatch.delenv("E2B_SANDBOX_URL", raising=False)
+        sandbox = Sandbox.create()
+        assert sandbox._jupyter_url == f"http://localhost:{PORT}"
+        assert sandbox.run_code("x = 20\nx + 22").text == "42"
 
 
 @pytest.fixture
@@ -149,6 +201,12 @@ def test_env_vars_apply_to_one_execution(sandbox: Sandbox) -> None:
     assert execution.text == "bar"
     after = sandbox.run_code("import os\nos.environ.get('INTERP_FOO', 'unset')")
     assert after.text == "unset"
+
+
+def test_global_env_vars_from_envd(sandbox: Sandbox) -> None:
+    assert sandbox.run_code("import os\nos.environ['FROM_ENVD']").text == "global"
+    bash = sandbox.run_code("echo $FROM_ENVD", language="bash")
+    assert bash.logs.stdout == ["global\n"]
 
 
 def test_rich_results(sandbox: Sandbox) -> None:

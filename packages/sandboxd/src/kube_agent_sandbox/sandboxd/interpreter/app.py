@@ -30,6 +30,7 @@ from kube_agent_sandbox.sandboxd.interpreter.contexts import (
     ContextRegistry,
     UnsupportedLanguageError,
 )
+from kube_agent_sandbox.sandboxd.interpreter.envd_env import fetch_global_env
 from kube_agent_sandbox.sandboxd.interpreter.worker import WorkerError, WorkerSettings
 
 logger = logging.getLogger(__name__)
@@ -263,6 +264,12 @@ class InterpreterApp:
                 return PlainTextResponse(f"Context {context_id} not found", status_code=404)
         else:
             context = await self.registry.default(language)
+        if not context.global_env_loaded:
+            context.global_env_loaded = True
+            token = request.headers.get("x-access-token")
+            found = await fetch_global_env(self.options.envd_url, token)
+            if found:
+                context.runner.base_env = found
         stream = context.runner.execute(code, env=env, time_limit=timeout)
         return NdjsonStream(stream, keepalive_seconds=self.options.keepalive_seconds)
 

@@ -14,6 +14,7 @@ import uvicorn
 
 from kube_agent_sandbox.sandboxd.interpreter.app import build_app
 from kube_agent_sandbox.sandboxd.interpreter.config import (
+    DEFAULT_ENVD_URL,
     DEFAULT_PORT,
     TOKEN_ENV,
     InterpreterOptions,
@@ -44,6 +45,11 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
     )
     parser.add_argument("--cwd", default="", help="working directory of new contexts")
     parser.add_argument("--python", default=sys.executable, help="interpreter for Python contexts")
+    parser.add_argument(
+        "--envd-url",
+        default=DEFAULT_ENVD_URL,
+        help="envd to read the sandbox's global env vars from ('' to skip)",
+    )
     parser.add_argument("--log-level", default="info", help="logging level")
     args = parser.parse_args(argv)
     token: str | None
@@ -58,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         token = os.environ.get(TOKEN_ENV, "").strip() or None
     if args.cwd and not Path(args.cwd).is_dir():
         parser.error(f"--cwd {args.cwd!r} is not a directory")
+    if args.envd_url and not args.envd_url.startswith(("http://", "https://")):
+        parser.error("--envd-url must be an http:// or https:// URL (or empty)")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
     logging.basicConfig(
@@ -69,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         access_token=token,
         default_cwd=args.cwd,
         python=args.python,
+        envd_url=args.envd_url,
     )
 
 

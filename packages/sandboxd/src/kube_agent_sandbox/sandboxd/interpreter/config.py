@@ -12,6 +12,7 @@ DEFAULT_HOME = "/home/user"
 TOKEN_ENV = "SANDBOXD_INTERPRETER_ACCESS_TOKEN"
 MAX_BODY_BYTES = 16 * 1024 * 1024
 KEEPALIVE_SECONDS = 5.0
+DEFAULT_ENVD_URL = "http://127.0.0.1:49983"
 
 
 def default_cwd() -> str:
@@ -40,6 +41,8 @@ class InterpreterOptions:
         keepalive_seconds: Interval of ``keepalive`` lines while a cell is silent (a write is
             how a vanished client is noticed).
         max_body_bytes: The largest accepted request body.
+        envd_url: envd's base URL; a context reads the sandbox's global env vars from its
+            ``/envs`` on its first execution (empty: never).
     """
 
     host: str = "0.0.0.0"
@@ -49,6 +52,7 @@ class InterpreterOptions:
     python: str = sys.executable
     keepalive_seconds: float = KEEPALIVE_SECONDS
     max_body_bytes: int = MAX_BODY_BYTES
+    envd_url: str = DEFAULT_ENVD_URL
 
     def resolved_cwd(self) -> str:
         """Returns ``default_cwd``, or the built-in default when it is empty.

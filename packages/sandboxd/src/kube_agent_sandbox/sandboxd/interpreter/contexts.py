@@ -35,6 +35,7 @@ class Runner(Protocol):
     """What a context runs code with."""
 
     execution_count: int
+    base_env: dict[str, str]
 
     async def start(self) -> None:
         """Prepares the runner."""
@@ -88,12 +89,14 @@ class Context:
         language: Its language.
         cwd: Its working directory.
         runner: What runs its code.
+        global_env_loaded: Whether envd's global env vars were fetched for it.
     """
 
     id: str
     language: str
     cwd: str
     runner: Runner
+    global_env_loaded: bool = False
 
     def to_json(self) -> dict[str, str]:
         """Returns the wire form ``{id, language, cwd}``.

@@ -241,7 +241,8 @@ class Driver:
         """Runs one command.
 
         Args:
-            command: ``{"op": "execute", "code", "env"}`` or ``{"op": "ping"}``.
+            command: ``{"op": "execute", "code", "env", "base_env"?}`` or ``{"op": "ping"}``;
+                ``base_env`` stays set, ``env`` only for this execution.
         """
         op = command.get("op")
         if op == "ping":
@@ -252,6 +253,7 @@ class Driver:
             return
         code = str(command.get("code", ""))
         env = command.get("env") or {}
+        os.environ.update({str(k): str(v) for k, v in (command.get("base_env") or {}).items()})
         self.execution_count += 1
         self.send({"t": "count", "n": self.execution_count})
         saved = {key: os.environ.get(key) for key in env}

@@ -38,6 +38,7 @@ class ShellRunner:
         self.shell = shell
         self.cwd = cwd
         self.execution_count = 0
+        self.base_env: dict[str, str] = {}
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -74,6 +75,7 @@ class ShellRunner:
             self.execution_count += 1
             yield events.count_event(self.execution_count)
             merged = dict(os.environ)
+            merged.update(self.base_env)
             merged.update(env or {})
             try:
                 proc, stdout, stderr = await spawn(

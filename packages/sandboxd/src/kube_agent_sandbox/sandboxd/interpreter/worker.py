@@ -76,6 +76,7 @@ class _Process:
         self.token = token
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.last_seq = 0  # the number of the last event the server consumed
+        self.base_env_sent = False
         stdout, stderr, events_reader = readers
         self.tasks = [
             asyncio.create_task(self._pump_output("stdout", stdout)),
@@ -190,6 +191,9 @@ async def _wait_ready(process: _Process) -> dict[str, Any]:
 class PythonWorker:
     """A persistent Python interpreter for one context.
 
+    ``base_env`` (the sandbox's global env vars) is set in each new process on its first
+    execution; ``env`` of an execution applies to that execution only.
+
     Args:
         cwd: The working directory of the worker.
         settings: How to start worker processes.
@@ -199,6 +203,7 @@ class PythonWorker:
         self.cwd = cwd
         self.settings = settings or WorkerSettings()
         self.execution_count = 0
+        self.base_env: dict[str, str] = {}
         self._process: _Process | None = None
         self._lock = asyncio.Lock()
         self._recovery: set[asyncio.Task[None]] = set()
@@ -280,7 +285,11 @@ class PythonWorker:
             assert process is not None
             while not process.queue.empty():  # output of background threads between cells
                 process.queue.get_nowait()
-            process.send({"op": "execute", "code": code, "env": dict(env or {})})
+            command: dict[str, Any] = {"op": "execute", "code": code, "env": dict(env or {})}
+            if self.base_env and not process.base_env_sent:
+                command["base_env"] = self.base_env  # kept by the process from now on
+                process.base_env_sent = True
+            process.send(command)
             async for event in self._collect(process, time_limit):
                 yield event
             finished = True
