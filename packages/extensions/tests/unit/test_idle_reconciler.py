@@ -23,7 +23,7 @@ from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_TEMPLATES,
     SANDBOXES,
 )
-from kube_agent_sandbox.extensions.idle.reconciler import last_activity
+from kube_agent_sandbox.extensions.idle.reconciler import IdleReconciler, last_activity
 from kube_agent_sandbox.extensions.idle.resources import LEASES, POD_METRICS
 
 REQ = Request(NS, "sb")
@@ -444,3 +444,24 @@ async def test_lease_events_map_to_their_sandbox() -> None:
     lease["metadata"]["ownerReferences"] = []
     assert list(lease_to_sandbox(lease)) == []
     assert LEASES.group == "coordination.k8s.io"
+
+
+async def test_a_restarted_reconciler_rebuilds_the_timer_from_the_lease() -> None:
+    clock = Clock()
+    api, first, _ = wired(clock)
+    stored = api.add(SANDBOXES, sandbox(annotations=idle_annotations()))
+    renew(api, stored, T0 + dt.timedelta(seconds=100))
+    clock.at(400)
+    before = await first.reconcile(REQ)
+    # A new process: nothing carried over but the API's objects.
+    second = IdleReconciler(
+        api,
+        sandboxes=api.reader(SANDBOXES),
+        leases=api.reader(LEASES),
+        claims=api.reader(SANDBOX_CLAIMS),
+        templates=api.reader(SANDBOX_TEMPLATES),
+        recorder=first._recorder,
+        clock=clock,
+    )
+    after = await second.reconcile(REQ)
+    assert before.requeue_after == after.requeue_after == pytest.approx(600)
