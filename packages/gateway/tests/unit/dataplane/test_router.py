@@ -190,6 +190,26 @@ async def test_failing_resumer_is_503_not_a_crash(client: httpx.AsyncClient, sta
     assert (await client.get("/health", headers=AUTH)).status_code == 503
 
 
+async def test_resumer_policy_refusal_or_vanished_sandbox_is_not_found(
+    client: httpx.AsyncClient, state: State
+) -> None:
+    calls: list[bool] = []
+
+    class Refusing:
+        async def resume(self, record: object, *, on_traffic: bool = False) -> object:
+            calls.append(on_traffic)
+            raise LookupError("may not be resumed by traffic")
+
+    state.index.records[SANDBOX_ID] = make_record(
+        ready=False, suspended=True, mode="Suspended", annotations=auto_resume_annotations()
+    )
+    state.resumer = Refusing()  # type: ignore[assignment]
+    response = await client.get("/health", headers=AUTH)
+    assert response.status_code == 502
+    assert "was not found" in response.json()["message"]
+    assert calls == [True]  # the resumer is told the request is traffic
+
+
 async def test_not_ready_sandbox_is_not_found(client: httpx.AsyncClient, state: State) -> None:
     state.index.records[SANDBOX_ID] = make_record(ready=False)
     assert (await client.get("/health", headers=AUTH)).status_code == 502

@@ -20,6 +20,7 @@ Order of checks (each answers on its own, nothing is forwarded before all pass):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from typing import Any
@@ -74,6 +75,18 @@ def auto_resumable(record: Any) -> bool:
     if record.suspended and mode == constants.OPERATING_MODE_SUSPENDED:
         return annotations.get(constants.ANNOTATION_SUSPENDED_BY) in _RESUMABLE_BY
     return not record.ready and mode != constants.OPERATING_MODE_SUSPENDED
+
+
+_GONE = object()
+
+
+def _takes_on_traffic(resumer: Any) -> bool:
+    """Whether the resumer enforces the auto-resume policy itself (``on_traffic=True``)."""
+    try:
+        parameters = inspect.signature(resumer.resume).parameters
+    except (TypeError, ValueError):
+        return False
+    return "on_traffic" in parameters
 
 
 def wants_exec(record: Any) -> bool:
@@ -185,10 +198,13 @@ class DataPlane:
             resumer = getattr(self.state, "resumer", None)
             if resumer is None or not auto_resumable(record):
                 return responses.not_found(target.sandbox_id)
-            record = await self._resume(resumer, record, target.sandbox_id)
-            if record is None:
+            resumed = await self._resume(resumer, record, target.sandbox_id)
+            if resumed is _GONE:
+                return responses.not_found(target.sandbox_id)
+            if resumed is None:
                 retry = max(1, int(self.resume_hold_seconds // 6))
                 return responses.resuming(retry)
+            record = resumed
         address = self.state.index.address(record, target.port)
         if address is None:
             return responses.not_found(target.sandbox_id)
@@ -249,10 +265,21 @@ class DataPlane:
         return True
 
     async def _resume(self, resumer: Any, record: Any, sandbox_id: str) -> Any:
-        """The record once resumed and Ready, or None when the hold budget ran out."""
+        """The resumed, Ready record; None after the hold budget; ``_GONE`` if not resumable.
+
+        ``_GONE`` means the sandbox vanished or its policy forbids resuming on traffic. Only
+        the wait is bounded here; the resume itself (shared by concurrent requests in the idle
+        helper's Resumer) goes on, so a retry finds it further along.
+        """
         try:
             async with asyncio.timeout(self.resume_hold_seconds):
-                fresh = await resumer.resume(record)
+                if _takes_on_traffic(resumer):
+                    fresh = await resumer.resume(record, on_traffic=True)
+                else:
+                    fresh = await resumer.resume(record)
+        except LookupError as err:  # NotResumable is a LookupError too
+            logger.info("sandbox %s: not resumed: %s", sandbox_id, err)
+            return _GONE
         except TimeoutError:
             logger.info(
                 "sandbox %s: still resuming after %.0fs", sandbox_id, self.resume_hold_seconds
