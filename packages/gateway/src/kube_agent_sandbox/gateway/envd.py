@@ -24,6 +24,10 @@ ENVD_VERSION: Final = "0.5.7"
 """The envd version the gateway advertises (sandboxd implements its gated features)."""
 
 
+RETRIED_STATUSES: Final = frozenset({404, 408, 425, 429, 500, 502, 503, 504})
+"""Answers of a daemon still starting (or overloaded); any other error is final."""
+
+
 class InitError(Exception):
     """``/init`` did not succeed within its budget."""
 
@@ -33,6 +37,7 @@ def init_body(
     access_token: str,
     env_vars: Mapping[str, str] | None,
     heartbeat_url: str | None = None,
+    sandbox_id: str | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /init``."""
@@ -43,6 +48,8 @@ def init_body(
     }
     if heartbeat_url:
         body["heartbeatUrl"] = heartbeat_url
+    if sandbox_id:
+        body["sandboxId"] = sandbox_id
     return body
 
 
@@ -83,7 +90,10 @@ async def init_daemon(
     async with httpx.AsyncClient(transport=transport, timeout=budget) as client:
         while True:
             body = init_body(
-                access_token=access_token, env_vars=env_vars, heartbeat_url=heartbeat_url
+                access_token=access_token,
+                env_vars=env_vars,
+                heartbeat_url=heartbeat_url,
+                sandbox_id=sandbox_id,
             )
             try:
                 remaining = max(0.1, deadline - loop.time())
@@ -91,6 +101,8 @@ async def init_daemon(
                 if response.is_success:
                     return
                 last = InitError(f"/init answered {response.status_code}")
+                if response.status_code not in RETRIED_STATUSES:
+                    raise last
             except httpx.HTTPError as exc:
                 last = exc
             if loop.time() + retry_interval >= deadline:

@@ -269,6 +269,7 @@ async def test_init_daemon_posts_the_body_and_retries() -> None:
     assert body["envVars"] == {"A": "1"}
     assert body["heartbeatUrl"] == "http://gw/_gateway/heartbeat"
     assert body["timestamp"].endswith("Z")
+    assert body["sandboxId"] == "abc"
 
 
 async def test_init_daemon_gives_up_after_its_budget() -> None:
@@ -284,3 +285,22 @@ async def test_init_daemon_gives_up_after_its_budget() -> None:
             retry_interval=0.02,
             transport=httpx.MockTransport(handler),
         )
+
+
+async def test_init_daemon_does_not_retry_a_refusal() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(401)
+
+    with pytest.raises(InitError, match="401"):
+        await init_daemon(
+            ("10.0.0.1", 49983),
+            access_token="tok",
+            env_vars=None,
+            budget=5,
+            retry_interval=0.01,
+            transport=httpx.MockTransport(handler),
+        )
+    assert len(calls) == 1
