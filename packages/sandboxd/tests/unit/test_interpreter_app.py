@@ -335,3 +335,15 @@ async def test_no_envd_is_fine(tmp_path: Path) -> None:
         options = InterpreterOptions(default_cwd=str(tmp_path), envd_url=url)
         async for client in _client(build_app(options)):
             assert await _result_text(client, {"code": "3"}) == "3"
+
+
+async def test_the_number_of_contexts_is_capped(tmp_path: Path) -> None:
+    options = InterpreterOptions(default_cwd=str(tmp_path), envd_url="", max_contexts=2)
+    async for client in _client(build_app(options)):  # the python default is the first
+        assert (await client.post("/contexts", json={"language": "sh"})).status_code == 200
+        refused = await client.post("/contexts", json={})
+        assert refused.status_code == 400
+        assert "too many contexts (limit 2)" in refused.text
+        bash = await client.post("/execute", json={"code": "true", "language": "bash"})
+        assert bash.status_code == 400
+        assert _lines(await client.post("/execute", json={"code": "1"}))[-2]["text"] == "1"

@@ -280,6 +280,7 @@ def test_cli_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ["--cwd", str(tmp_path / "missing")],
         ["--port", "0"],
         ["--envd-url", "ftp://x"],
+        ["--max-contexts", "0"],
     ):
         with pytest.raises(SystemExit):
             parse_args(bad)

@@ -286,3 +286,30 @@ async def test_a_missing_shell_is_an_error_event(tmp_path: Path) -> None:
     shell = ShellRunner(shell="/nonexistent/sh", cwd=str(tmp_path))
     (error,) = _errors(await _run(shell, "true"))
     assert error["name"] == "ShellError"
+
+
+async def test_the_package_folder_is_not_on_the_users_path(python: PythonWorker) -> None:
+    found = await _run(python, "import sys\nsys.path[0], sys.argv")
+    assert found[-1]["text"] == "('', [''])"
+    (error,) = _errors(await _run(python, "import protocol"))  # a module next to driver.py
+    assert error["name"] == "ModuleNotFoundError"
+
+
+async def test_a_huge_result_is_cut_not_fatal(python: PythonWorker) -> None:
+    found = await _run(python, "'x' * (70 * 1024 * 1024)")
+    (result,) = [e for e in found if e["type"] == "result"]
+    assert result["text"].endswith("characters cut]")
+    assert len(result["text"]) < 5 * 1024 * 1024
+    assert (await _run(python, "1"))[-1]["text"] == "1"
+
+
+async def test_junk_on_the_event_pipe_kills_and_restarts_the_worker(python: PythonWorker) -> None:
+    code = (
+        "import gc, os, time\n"
+        "driver = next(o for o in gc.get_objects() if type(o).__name__ == 'Driver')\n"
+        "os.write(driver.event_fd, b'\\xff\\xff\\xff\\xff')\n"
+        "time.sleep(30)"
+    )
+    found = await asyncio.wait_for(_run(python, code), 15)
+    assert _errors(found)[-1]["name"] == "ContextRestarting"
+    assert (await _run(python, "2"))[-1]["text"] == "2"

@@ -28,6 +28,7 @@ from kube_agent_sandbox.sandboxd.interpreter.config import InterpreterOptions
 from kube_agent_sandbox.sandboxd.interpreter.contexts import (
     Context,
     ContextRegistry,
+    TooManyContextsError,
     UnsupportedLanguageError,
 )
 from kube_agent_sandbox.sandboxd.interpreter.envd_env import fetch_global_env
@@ -204,7 +205,9 @@ class InterpreterApp:
     ) -> None:
         self.options = options
         self.registry = registry or ContextRegistry(
-            default_cwd=options.resolved_cwd(), settings=WorkerSettings(python=options.python)
+            default_cwd=options.resolved_cwd(),
+            settings=WorkerSettings(python=options.python),
+            max_contexts=options.max_contexts,
         )
 
     def authorized(self, request: Request) -> bool:
@@ -356,7 +359,7 @@ def build_app(options: InterpreterOptions, *, registry: ContextRegistry | None =
                 return await handler(request)
             except BadRequestError as exc:
                 return PlainTextResponse(str(exc), status_code=exc.status)
-            except UnsupportedLanguageError as exc:
+            except (UnsupportedLanguageError, TooManyContextsError) as exc:
                 return PlainTextResponse(str(exc), status_code=400)
             except (WorkerError, TimeoutError, OSError) as exc:
                 logger.error("context could not be started: %s", exc)

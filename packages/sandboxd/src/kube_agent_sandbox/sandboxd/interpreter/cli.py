@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         default=DEFAULT_ENVD_URL,
         help="envd to read the sandbox's global env vars from ('' to skip)",
     )
+    parser.add_argument(
+        "--max-contexts", type=int, default=64, help="contexts that may exist at once"
+    )
     parser.add_argument("--log-level", default="info", help="logging level")
     args = parser.parse_args(argv)
     token: str | None
@@ -66,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         parser.error(f"--cwd {args.cwd!r} is not a directory")
     if args.envd_url and not args.envd_url.startswith(("http://", "https://")):
         parser.error("--envd-url must be an http:// or https:// URL (or empty)")
+    if args.max_contexts < 1:
+        parser.error("--max-contexts must be at least 1")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
     logging.basicConfig(
@@ -78,6 +83,7 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         default_cwd=args.cwd,
         python=args.python,
         envd_url=args.envd_url,
+        max_contexts=args.max_contexts,
     )
 
 

@@ -27,8 +27,15 @@ _ALIASES = {"python3": PYTHON, "py": PYTHON, "shell": "bash"}
 SUPPORTED_LANGUAGES = (PYTHON, *SHELLS)
 
 
+DEFAULT_MAX_CONTEXTS = 64
+
+
 class UnsupportedLanguageError(ValueError):
     """The requested language has no runner here."""
+
+
+class TooManyContextsError(ValueError):
+    """The server already holds its maximum number of contexts."""
 
 
 class Runner(Protocol):
@@ -113,11 +120,19 @@ class ContextRegistry:
     Args:
         default_cwd: The working directory of contexts created without one.
         settings: How Python workers are started.
+        max_contexts: How many contexts may exist at once (each Python one is a process).
     """
 
-    def __init__(self, *, default_cwd: str, settings: WorkerSettings | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        default_cwd: str,
+        settings: WorkerSettings | None = None,
+        max_contexts: int = DEFAULT_MAX_CONTEXTS,
+    ) -> None:
         self.default_cwd = default_cwd
         self.settings = settings or WorkerSettings()
+        self.max_contexts = max_contexts
         self.contexts: dict[str, Context] = {}
         self.defaults: dict[str, str] = {}
         self._default_lock = asyncio.Lock()
@@ -134,8 +149,14 @@ class ContextRegistry:
 
         Raises:
             UnsupportedLanguageError: The language is not supported.
+            TooManyContextsError: ``max_contexts`` contexts exist already.
         """
         name = normalize_language(language)
+        if len(self.contexts) >= self.max_contexts:
+            raise TooManyContextsError(
+                f"too many contexts (limit {self.max_contexts}); "
+                "remove one with DELETE /contexts/{id} first"
+            )
         directory = cwd or self.default_cwd
         runner: Runner
         if name == PYTHON:

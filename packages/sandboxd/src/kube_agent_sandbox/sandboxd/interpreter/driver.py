@@ -40,6 +40,7 @@ MAX_FRAME = 64 * 1024 * 1024
 SYNC_START = b"\x00\x1fE2B-SYNC-"
 SYNC_END = b"\x1f\x00"
 MAX_SEQ_DIGITS = 20
+MAX_FIELD_CHARS = 4 * 1024 * 1024  # escaped at most 6-fold: a cut field fits in a frame
 
 # MIME bundle keys that map onto the named fields of an E2B ``Result`` (the rest go to ``extra``).
 _REPR_METHODS = (
@@ -66,6 +67,21 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     """
     body = json.dumps(message, separators=(",", ":"), default=repr).encode("utf-8")
     return _HEADER.pack(len(body)) + body
+
+
+def _fit(message: dict[str, Any]) -> dict[str, Any]:
+    """Shrinks a message whose frame would exceed ``MAX_FRAME``: long strings are cut, other
+    large values dropped (the server refuses oversized frames)."""
+    fitted: dict[str, Any] = {}
+    for key, value in message.items():
+        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+            cut = len(value) - MAX_FIELD_CHARS
+            fitted[key] = value[:MAX_FIELD_CHARS] + f"\n[... {cut} characters cut]"
+        elif isinstance(value, dict | list) and len(encode_frame({key: value})) > MAX_FRAME // 4:
+            continue
+        else:
+            fitted[key] = value
+    return fitted
 
 
 def _read_exact(fd: int, size: int) -> bytes | None:
@@ -210,7 +226,10 @@ class Driver:
             except OSError:
                 continue  # user code closed or replaced the descriptor
             streams.append(name)
-        _write_all(self.event_fd, encode_frame({**message, "seq": self.seq, "streams": streams}))
+        frame = encode_frame({**message, "seq": self.seq, "streams": streams})
+        if len(frame) - _HEADER.size > MAX_FRAME:
+            frame = encode_frame({**_fit(message), "seq": self.seq, "streams": streams})
+        _write_all(self.event_fd, frame)
 
     def display(self, *objects: Any) -> None:
         """Shows values as non-main results, like IPython's ``display``.
@@ -381,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     # Like an interactive interpreter: the working directory, not this folder, is on the path.
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         sys.path[0] = ""
+    sys.argv = [""]
     signal.signal(signal.SIGINT, signal.default_int_handler)
     Driver(command_fd, event_fd, token=token).serve()
     return 0

@@ -117,7 +117,10 @@ class _Process:
                     break
                 self.queue.put_nowait(("event", message))
         except FrameError as exc:
-            logger.error("worker %s sent a bad frame: %s", self.proc.pid, exc)
+            # Not our driver's output any more (user code wrote to the event pipe?): the
+            # protocol cannot recover, so the worker goes and the execution reports its exit.
+            logger.error("worker %s sent a bad frame, killing it: %s", self.proc.pid, exc)
+            self.signal_group(signal.SIGKILL)
         self.queue.put_nowait(("exit", None))
 
     def send(self, message: dict[str, Any]) -> None:
