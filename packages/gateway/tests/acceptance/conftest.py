@@ -62,7 +62,7 @@ CLIENTS_CACHE = Path.home() / ".cache" / "agent-sandbox" / "e2b-clients"
 _KEY = re.compile(r"\be2b_[0-9a-f]{40}\b")
 
 
-@dataclass(frozen=True)
+@dataclass
 class GatewayStack:
     """What the scenario needs to reach the running stack."""
 
@@ -71,15 +71,23 @@ class GatewayStack:
     namespace: str
     workdir: Path
     gateway: ManagedProcess
-    sandboxd: ManagedProcess
-    interpreter: ManagedProcess
+    supervisor: ProcessSupervisor
+    envd_port: int
+
+    def fresh_sandboxd(self) -> None:
+        """Restart the local sandboxd, so the next sandbox's ``/init`` meets a new daemon.
+
+        Every kwok sandbox shares this one daemon (the address override), but a daemon takes
+        ``/init`` without a token only once, as envd does; a real pod has its own.
+        """
+        self.supervisor.restart("sandboxd")
+        port = self.envd_port
+        wait_until(lambda: _accepts(port), timeout=30, what="sandboxd after a restart")
 
     def logs(self) -> str:
-        """The tails of the three local processes' logs (for failure messages)."""
-        return "\n".join(
-            f"--- {p.name} ---\n{p.log_tail(40)}"
-            for p in (self.gateway, self.sandboxd, self.interpreter)
-        )
+        """The tails of the local processes' logs (for failure messages)."""
+        processes = [self.gateway, *self.supervisor.processes]
+        return "\n".join(f"--- {p.name} ---\n{p.log_tail(40)}" for p in processes)
 
 
 def _accepts(port: int) -> bool:
@@ -154,9 +162,7 @@ def _start_controller(runner: ControllerRunner, namespace: str) -> ManagedProces
     return process
 
 
-def _start_daemons(
-    supervisor: ProcessSupervisor, workdir: Path
-) -> tuple[ManagedProcess, ManagedProcess, int, int]:
+def _start_daemons(supervisor: ProcessSupervisor, workdir: Path) -> tuple[int, int]:
     envd_port, interpreter_port = free_port(), free_port()
     sandboxd = supervisor.start(
         "sandboxd",
@@ -173,7 +179,7 @@ def _start_daemons(
     )
     for process, port in ((sandboxd, envd_port), (interpreter, interpreter_port)):
         wait_until(lambda p=port: _accepts(p), timeout=60, what=process.name, process=process)
-    return sandboxd, interpreter, envd_port, interpreter_port
+    return envd_port, interpreter_port
 
 
 def _start_gateway(
@@ -256,7 +262,7 @@ def gateway_stack(
     supervisor = ProcessSupervisor(workdir / "logs")
     try:
         _start_controller(runner, namespace)  # creates the namespace with the identity
-        sandboxd, interpreter, envd_port, interpreter_port = _start_daemons(supervisor, files)
+        envd_port, interpreter_port = _start_daemons(supervisor, files)
         gateway, url = _start_gateway(
             runner,
             namespace=namespace,
@@ -280,8 +286,8 @@ def gateway_stack(
             namespace=namespace,
             workdir=files,
             gateway=gateway,
-            sandboxd=sandboxd,
-            interpreter=interpreter,
+            supervisor=supervisor,
+            envd_port=envd_port,
         )
     finally:
         supervisor.stop_all()
