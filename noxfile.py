@@ -25,6 +25,7 @@ nox.options.sessions = [
     "docs",
     "build",
     "integration",
+    "gateway-acceptance",
     "conformance",
     "bench-quick",
     "e2e",

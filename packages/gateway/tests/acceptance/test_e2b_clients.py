@@ -47,6 +47,7 @@ def scenario(gateway_stack: Any, e2b_python: tuple[str, Path]) -> dict[str, Any]
         "E2B_SANDBOX_URL": gateway_stack.url,
         "E2B_API_KEY": gateway_stack.api_key,
         "SCENARIO_WORKDIR": str(gateway_stack.workdir),
+        "SCENARIO_ROUND_TRIPS": "5",
     }
     result = subprocess.run(
         [str(python), str(SCENARIO)],
