@@ -162,6 +162,23 @@ async def test_upload_octet_stream_and_gzip(tmp_path: Path) -> None:
     assert download.content == payload  # httpx undoes the gzip
 
 
+async def test_download_compresses_only_when_gzip_is_asked_for_specifically() -> None:
+    async with make_client() as client:
+        generic = await client.get(
+            "/files", params={"path": "/etc/hostname"}, headers={"Accept-Encoding": "gzip, deflate"}
+        )
+        specific = await client.get(
+            "/files", params={"path": "/etc/hostname"}, headers={"Accept-Encoding": "gzip"}
+        )
+        refused = await client.get(
+            "/files", params={"path": "/etc/hostname"}, headers={"Accept-Encoding": "gzip;q=0"}
+        )
+    assert "content-encoding" not in generic.headers
+    assert specific.headers["content-encoding"] == "gzip"
+    assert "content-encoding" not in refused.headers
+    assert generic.content == specific.content == refused.content == HOSTNAME
+
+
 async def test_upload_overwrites_existing_file(tmp_path: Path) -> None:
     target = tmp_path / "f.txt"
     target.write_text("a much longer original content")
