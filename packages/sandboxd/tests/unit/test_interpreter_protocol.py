@@ -268,6 +268,7 @@ def test_cli_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert options.port == 5000
     assert options.envd_url == "http://127.0.0.1:49983"
     assert parse_args(["--envd-url", ""]).envd_url == ""
+    assert parse_args(["--user", "root"]).user == "root"
     monkeypatch.setenv("SANDBOXD_INTERPRETER_ACCESS_TOKEN", "from-env")
     assert parse_args([]).access_token == "from-env"
     monkeypatch.delenv("SANDBOXD_INTERPRETER_ACCESS_TOKEN")
@@ -281,6 +282,7 @@ def test_cli_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ["--port", "0"],
         ["--envd-url", "ftp://x"],
         ["--max-contexts", "0"],
+        ["--user", "no-such-user-here"],
     ):
         with pytest.raises(SystemExit):
             parse_args(bad)

@@ -58,7 +58,7 @@ def _run_server(port: int, cwd: Path, envd_url: str) -> Iterator[None]:
             [
                 sys.executable,
                 "-m",
-                "kube_agent_sandbox.sandboxd.interpreter.cli",
+                "kube_agent_sandbox.sandboxd.interpreter",
                 "--host",
                 "127.0.0.1",
                 "--port",

@@ -13,6 +13,7 @@ import pytest
 
 from kube_agent_sandbox.sandboxd.interpreter import worker as worker_module
 from kube_agent_sandbox.sandboxd.interpreter.events import Event
+from kube_agent_sandbox.sandboxd.interpreter.pipes import RunAs
 from kube_agent_sandbox.sandboxd.interpreter.shell import ShellRunner
 from kube_agent_sandbox.sandboxd.interpreter.worker import PythonWorker, WorkerError, WorkerSettings
 
@@ -313,3 +314,21 @@ async def test_junk_on_the_event_pipe_kills_and_restarts_the_worker(python: Pyth
     found = await asyncio.wait_for(_run(python, code), 15)
     assert _errors(found)[-1]["name"] == "ContextRestarting"
     assert (await _run(python, "2"))[-1]["text"] == "2"
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # readable by other users, unlike a venv under /root
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs a system python3")
+async def test_code_runs_as_the_configured_user() -> None:
+    nobody = RunAs.lookup("nobody")
+    worker = PythonWorker(cwd="/", settings=WorkerSettings(python=SYSTEM_PYTHON, run_as=nobody))
+    await worker.start()
+    try:
+        found = await _run(worker, "import os\nos.getuid(), os.getgid(), os.environ['HOME']")
+        assert found[-1]["text"] == f"({nobody.uid}, {nobody.gid}, {nobody.home!r})"
+    finally:
+        await worker.close()
+    shell = ShellRunner(shell="sh", cwd="/", run_as=nobody)
+    assert _stdout(await _run(shell, "id -u; echo $USER")) == f"{nobody.uid}\nnobody\n"

@@ -32,6 +32,7 @@ from kube_agent_sandbox.sandboxd.interpreter.contexts import (
     UnsupportedLanguageError,
 )
 from kube_agent_sandbox.sandboxd.interpreter.envd_env import fetch_global_env
+from kube_agent_sandbox.sandboxd.interpreter.pipes import RunAs
 from kube_agent_sandbox.sandboxd.interpreter.worker import WorkerError, WorkerSettings
 
 logger = logging.getLogger(__name__)
@@ -206,7 +207,10 @@ class InterpreterApp:
         self.options = options
         self.registry = registry or ContextRegistry(
             default_cwd=options.resolved_cwd(),
-            settings=WorkerSettings(python=options.python),
+            settings=WorkerSettings(
+                python=options.python,
+                run_as=RunAs.lookup(options.user) if options.user else None,
+            ),
             max_contexts=options.max_contexts,
         )
 

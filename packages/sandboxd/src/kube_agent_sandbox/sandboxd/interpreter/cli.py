@@ -6,6 +6,7 @@ import argparse
 import errno
 import logging
 import os
+import pwd
 import socket
 import sys
 from pathlib import Path
@@ -51,6 +52,11 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         help="envd to read the sandbox's global env vars from ('' to skip)",
     )
     parser.add_argument(
+        "--user",
+        default=None,
+        help="account code runs as, e.g. 'user' (the server must run as root); default: its own",
+    )
+    parser.add_argument(
         "--max-contexts", type=int, default=64, help="contexts that may exist at once"
     )
     parser.add_argument("--log-level", default="info", help="logging level")
@@ -69,6 +75,13 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         parser.error(f"--cwd {args.cwd!r} is not a directory")
     if args.envd_url and not args.envd_url.startswith(("http://", "https://")):
         parser.error("--envd-url must be an http:// or https:// URL (or empty)")
+    if args.user is not None:
+        try:
+            pwd.getpwnam(args.user)
+        except KeyError:
+            parser.error(f"--user {args.user!r}: no such user")
+        if os.geteuid() != 0 and pwd.getpwnam(args.user).pw_uid != os.geteuid():
+            parser.error("--user needs the server to run as root")
     if args.max_contexts < 1:
         parser.error("--max-contexts must be at least 1")
     if not 0 < args.port < 65536:
@@ -84,6 +97,7 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         python=args.python,
         envd_url=args.envd_url,
         max_contexts=args.max_contexts,
+        user=args.user,
     )
 
 

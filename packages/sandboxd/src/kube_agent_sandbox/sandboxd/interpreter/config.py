@@ -41,6 +41,7 @@ class InterpreterOptions:
         keepalive_seconds: Interval of ``keepalive`` lines while a cell is silent (a write is
             how a vanished client is noticed).
         max_body_bytes: The largest accepted request body.
+        user: The account code runs as (the server must be root); None keeps the server's.
         max_contexts: How many contexts may exist at once.
         envd_url: envd's base URL; a context reads the sandbox's global env vars from its
             ``/envs`` on its first execution (empty: never).
@@ -53,6 +54,7 @@ class InterpreterOptions:
     python: str = sys.executable
     keepalive_seconds: float = KEEPALIVE_SECONDS
     max_body_bytes: int = MAX_BODY_BYTES
+    user: str | None = None
     max_contexts: int = 64
     envd_url: str = DEFAULT_ENVD_URL
 

@@ -162,7 +162,7 @@ class ContextRegistry:
         if name == PYTHON:
             runner = PythonWorker(cwd=directory, settings=self.settings)
         else:
-            runner = ShellRunner(shell=SHELLS[name], cwd=directory)
+            runner = ShellRunner(shell=SHELLS[name], cwd=directory, run_as=self.settings.run_as)
         await runner.start()
         context = Context(id=str(uuid.uuid4()), language=name, cwd=directory, runner=runner)
         self.contexts[context.id] = context

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kube_agent_sandbox.sandboxd.interpreter import events
-from kube_agent_sandbox.sandboxd.interpreter.pipes import spawn
+from kube_agent_sandbox.sandboxd.interpreter.pipes import RunAs, spawn
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +32,13 @@ class ShellRunner:
     Args:
         shell: The shell binary (``bash`` or ``sh``).
         cwd: The working directory of every execution.
+        run_as: The account shells run as (None: the server's).
     """
 
-    def __init__(self, *, shell: str, cwd: str) -> None:
+    def __init__(self, *, shell: str, cwd: str, run_as: RunAs | None = None) -> None:
         self.shell = shell
         self.cwd = cwd
+        self.run_as = run_as
         self.execution_count = 0
         self.base_env: dict[str, str] = {}
         self._lock = asyncio.Lock()
@@ -75,6 +77,8 @@ class ShellRunner:
             self.execution_count += 1
             yield events.count_event(self.execution_count)
             merged = dict(os.environ)
+            if self.run_as is not None:
+                self.run_as.apply_env(merged)
             merged.update(self.base_env)
             merged.update(env or {})
             try:
@@ -83,6 +87,7 @@ class ShellRunner:
                     cwd=self.cwd,
                     env=merged,
                     stdin=asyncio.subprocess.DEVNULL,
+                    run_as=self.run_as,
                 )
             except OSError as exc:
                 yield events.error_event("ShellError", f"cannot start {self.shell}: {exc}")

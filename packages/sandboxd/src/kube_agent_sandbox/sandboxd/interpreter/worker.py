@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kube_agent_sandbox.sandboxd.interpreter import events
-from kube_agent_sandbox.sandboxd.interpreter.pipes import open_reader, spawn
+from kube_agent_sandbox.sandboxd.interpreter.pipes import RunAs, open_reader, spawn
 from kube_agent_sandbox.sandboxd.interpreter.protocol import (
     FrameError,
     SyncSplitter,
@@ -52,10 +52,12 @@ class WorkerSettings:
     Attributes:
         python: The interpreter to run the driver with.
         env: Extra environment for every worker (on top of the server's).
+        run_as: The account workers (and shells) run as; None keeps the server's.
     """
 
     python: str = sys.executable
     env: Mapping[str, str] | None = None
+    run_as: RunAs | None = None
 
 
 class _Process:
@@ -150,6 +152,8 @@ async def _spawn(settings: WorkerSettings, cwd: str) -> tuple[_Process, dict[str
     token = secrets.token_hex(8)
     env = dict(os.environ)
     env.setdefault("MPLBACKEND", "Agg")
+    if settings.run_as is not None:
+        settings.run_as.apply_env(env)
     if settings.env:
         env.update(settings.env)
     try:
@@ -159,6 +163,7 @@ async def _spawn(settings: WorkerSettings, cwd: str) -> tuple[_Process, dict[str
             env=env,
             stdin=asyncio.subprocess.PIPE,
             pass_fds=(write_fd,),
+            run_as=settings.run_as,
         )
     except OSError as exc:
         os.close(read_fd)
