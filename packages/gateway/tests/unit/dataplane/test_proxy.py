@@ -176,6 +176,24 @@ async def test_client_disconnect_closes_the_upstream_stream(
     await eventually(lambda: state.activity is not None and state.activity.closed == 1)
 
 
+async def test_delete_with_a_body_keeps_its_body(
+    upstream: tuple[Upstream, int], gateway: tuple[str, State]
+) -> None:
+    url, _ = gateway
+
+    async def chunked() -> AsyncIterator[bytes]:  # Transfer-Encoding: chunked, no length
+        yield b"bo"
+        yield b"dy"
+
+    async with httpx.AsyncClient(base_url=url) as client:
+        response = await client.request(
+            "DELETE", "/echo-slow", headers={**HEADERS, "Expect": "100-continue"}, content=chunked()
+        )
+    assert response.status_code == 201
+    assert response.content == b"body"
+    assert "expect" not in upstream[0].seen
+
+
 def test_forward_headers_strip_connection_tokens_and_host() -> None:
     out = forward_headers(
         [

@@ -46,6 +46,7 @@ HOP_BY_HOP = frozenset(
         b"transfer-encoding",
         b"upgrade",
         b"host",
+        b"expect",  # the gateway's server already answered any 100-continue
     }
 )
 CONNECT_STREAM_TYPE = b"application/connect+"
@@ -286,7 +287,8 @@ class Proxy:
         body = _Body(receive)
         method: str = scope["method"]
         has_body = method not in ("GET", "HEAD", "OPTIONS", "DELETE") or any(
-            k in (b"content-length", b"transfer-encoding") for k, _ in headers
+            k.lower() in (b"content-length", b"transfer-encoding")
+            for k, _ in scope.get("headers", [])
         )
         url = httpx.URL(scheme="http", host=host, port=port, raw_path=request_target(scope))
         timeout = self._stream_timeout if streaming else self._timeout
