@@ -20,10 +20,8 @@ started as a script (it does not import the rest of the package).
 from __future__ import annotations
 
 import ast
-import asyncio
 import base64
 import builtins
-import inspect
 import io
 import json
 import linecache
@@ -40,6 +38,7 @@ MAX_FRAME = 64 * 1024 * 1024
 SYNC_START = b"\x00\x1fE2B-SYNC-"
 SYNC_END = b"\x1f\x00"
 MAX_SEQ_DIGITS = 20
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE; asyncio and inspect load only when a cell awaits
 MAX_FIELD_CHARS = 4 * 1024 * 1024  # escaped at most 6-fold: a cut field fits in a frame
 
 # MIME bundle keys that map onto the named fields of an E2B ``Result`` (the rest go to ``extra``).
@@ -207,7 +206,7 @@ class Driver:
         module.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = module
         self.namespace: dict[str, Any] = module.__dict__
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop: Any = None  # an asyncio event loop, made by the first cell that awaits
         builtins.display = self.display  # type: ignore[attr-defined]
 
     def send(self, message: dict[str, Any]) -> None:
@@ -333,8 +332,10 @@ class Driver:
             The value (for ``eval`` mode code).
         """
         value = eval(code, self.namespace)
-        if code.co_flags & inspect.CO_COROUTINE:
+        if code.co_flags & CO_COROUTINE:
             if self.loop is None or self.loop.is_closed():
+                import asyncio  # slow to import; most cells never await
+
                 self.loop = asyncio.new_event_loop()
             value = self.loop.run_until_complete(value)
         return value
