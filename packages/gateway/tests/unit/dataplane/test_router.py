@@ -240,7 +240,7 @@ async def test_hostile_paths_are_refused(state: State) -> None:
     await plane.aclose()
 
 
-async def test_websocket_is_refused_cleanly(state: State) -> None:
+async def test_websocket_without_target_is_refused(state: State) -> None:
     plane = DataPlane(state)
     sent: list[dict[str, object]] = []
 
@@ -251,7 +251,7 @@ async def test_websocket_is_refused_cleanly(state: State) -> None:
         sent.append(message)
 
     await plane({"type": "websocket", "headers": [], "path": "/"}, receive, send)
-    assert sent == [{"type": "websocket.close", "code": 1003}]
+    assert sent == [{"type": "websocket.close", "code": 1008}]  # no target named
 
 
 def test_auto_resumable_joins_a_resume_in_flight() -> None:

@@ -37,6 +37,7 @@ from kube_agent_sandbox.gateway.dataplane.proxy import (
     is_streaming_request,
 )
 from kube_agent_sandbox.gateway.dataplane.target import TargetError, resolve
+from kube_agent_sandbox.gateway.dataplane.wsproxy import WebSocketProxy
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class DataPlane:
         self.proxy = proxy or Proxy()
         self._own_proxy = proxy is None
         self._exec_fallback = exec_fallback
+        self.ws_proxy = WebSocketProxy()
         self.resume_hold_seconds = resume_hold_seconds
         self._refused: dict[str, float] = {}
 
@@ -128,6 +130,7 @@ class DataPlane:
         """Close the pod connection pool (if this app created it) and the exec sessions."""
         if self._own_proxy:
             await self.proxy.aclose()
+        await self.ws_proxy.aclose()
         if self._exec_fallback is not None and hasattr(self._exec_fallback, "aclose"):
             await self._exec_fallback.aclose()
 
@@ -156,16 +159,18 @@ class DataPlane:
         return domain if isinstance(domain, str) and domain else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one ASGI connection."""
-        if scope["type"] == "websocket":
-            # Not proxied yet: refuse the upgrade instead of hanging.
-            await send({"type": "websocket.close", "code": 1003})
-            return
-        if scope["type"] != "http":
+        """Serve one ASGI connection (HTTP or WebSocket)."""
+        if scope["type"] not in ("http", "websocket"):
             return
         response = await self._handle(scope, receive, send)
-        if response is not None:
-            await response(scope, receive, send)
+        if response is None:
+            return
+        if scope["type"] == "websocket":
+            # Refuse the handshake (the ASGI server answers 403); the reason goes to the log.
+            logger.info("websocket refused: %s %s", response.status_code, bytes(response.body))
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await response(scope, receive, send)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> Any:
         headers = scope.get("headers", [])
@@ -183,7 +188,7 @@ class DataPlane:
         tokens = self.state.tokens
         if not uid or not auth.authorized(
             port=target.port,
-            method=scope["method"],
+            method=scope.get("method", "GET"),
             path=scope.get("path", ""),
             query_string=scope.get("query_string", b""),
             headers=headers,
@@ -217,6 +222,9 @@ class DataPlane:
             else:
                 activity.stream_closed(record)
 
+        if scope["type"] == "websocket":
+            await self.ws_proxy.forward(scope, receive, send, address=address, on_stream=on_stream)
+            return None
         if target.port == ENVD_PORT and self._use_exec(record):
             await self.exec_fallback.handle(
                 scope, receive, send, record=record, on_stream=on_stream
