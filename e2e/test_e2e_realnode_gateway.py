@@ -140,9 +140,7 @@ def gateway(
         name="gateway",
     )
     url = f"http://127.0.0.1:{port}"
-    wait_until(
-        lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process
-    )
+    wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process)
     created = subprocess.run(
         [
             str(BIN / "agent-sandbox-gateway"),
