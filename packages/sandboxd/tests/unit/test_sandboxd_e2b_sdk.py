@@ -167,6 +167,13 @@ def test_send_stdin_and_close_stdin(sbx: Sandbox) -> None:
     assert result.exit_code == 0
 
 
+def test_stream_input(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.stream_input(handle.pid, ["a", b"b", "c\n"])
+    sbx.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "abc\n"
+
+
 # --- files -------------------------------------------------------------------------------------
 
 

@@ -73,6 +73,55 @@ async def test_wrong_token_on_an_rpc_is_a_connect_unauthenticated_error() -> Non
     assert response.json() == {"code": "unauthenticated", "message": "invalid access token"}
 
 
+async def test_signed_file_urls_work_without_the_token_header(tmp_path: Path) -> None:
+    from e2b.sandbox.signature import get_signature
+
+    target = str(tmp_path / "signed.txt")
+    write = get_signature(target, "write", None, "tok")
+    read = get_signature(target, "read", None, "tok", expiration_in_seconds=60)
+    expired = get_signature(target, "read", None, "tok", expiration_in_seconds=-5)
+    other_token = get_signature(target, "read", None, "other")
+    octet = {"Content-Type": "application/octet-stream"}
+    async with make_client(DaemonState(access_token="tok")) as client:
+        upload = await client.post(
+            "/files",
+            params={"path": target, "signature": write["signature"]},
+            content=b"signed",
+            headers=octet,
+        )
+        download = await client.get(
+            "/files",
+            params={
+                "path": target,
+                "signature": read["signature"],
+                "signature_expiration": str(read["expiration"]),
+            },
+        )
+        # A write signature does not allow reading, and vice versa.
+        wrong_operation = await client.get(
+            "/files", params={"path": target, "signature": write["signature"]}
+        )
+        late = await client.get(
+            "/files",
+            params={
+                "path": target,
+                "signature": expired["signature"],
+                "signature_expiration": str(expired["expiration"]),
+            },
+        )
+        forged = await client.get(
+            "/files", params={"path": target, "signature": other_token["signature"]}
+        )
+        other_path = await client.get(
+            "/files", params={"path": "/etc/hostname", "signature": read["signature"]}
+        )
+    assert upload.status_code == 200
+    assert download.status_code == 200
+    assert download.content == b"signed"
+    for refused in (wrong_operation, late, forged, other_path):
+        assert refused.status_code == 401
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

@@ -9,7 +9,16 @@ import os
 from pathlib import Path
 
 import pytest
-from sandboxd_helpers import events, frame, make_client, output, start_request, stream, unary
+from sandboxd_helpers import (
+    events,
+    frame,
+    make_client,
+    output,
+    start_request,
+    stream,
+    unary,
+    unframe,
+)
 
 from kube_agent_sandbox.sandboxd.state import DaemonState
 
@@ -220,6 +229,52 @@ def _alive(pid: int) -> bool:
             return handle.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+async def test_stream_input_client_stream_and_its_errors() -> None:
+    async with make_client() as client:
+        start = asyncio.create_task(
+            stream(client, "process.Process/Start", {**start_request("cat"), "stdin": True})
+        )
+        pid = 0
+        for _ in range(100):
+            listed = (await unary(client, "process.Process/List", {})).json()
+            if listed.get("processes"):
+                pid = listed["processes"][0]["pid"]
+                break
+            await asyncio.sleep(0.05)
+        body = (
+            frame({"start": {"process": {"pid": pid}}})
+            + frame({"data": {"input": {"stdin": base64.b64encode(b"xy").decode()}}})
+            + frame({"keepalive": {}})
+            + frame({"data": {"input": {"stdin": base64.b64encode(b"z\n").decode()}}})
+            + frame({}, flags=0x02)
+        )
+        headers = {"Content-Type": "application/connect+json"}
+        sent = await client.post("/process.Process/StreamInput", content=body, headers=headers)
+        no_start = await client.post(
+            "/process.Process/StreamInput",
+            content=frame({"data": {"input": {"stdin": "eA=="}}}),
+            headers=headers,
+        )
+        unknown_pid = await client.post(
+            "/process.Process/StreamInput",
+            content=frame({"start": {"process": {"pid": 999999}}}),
+            headers=headers,
+        )
+        truncated = await client.post(
+            "/process.Process/StreamInput",
+            content=frame({"start": {"process": {"pid": pid}}})[:-2],
+            headers=headers,
+        )
+        await unary(client, "process.Process/CloseStdin", {"process": {"pid": pid}})
+        _r, frames = await asyncio.wait_for(start, 10)
+    assert sent.status_code == 200
+    assert [message for _flags, message in unframe(sent.content)] == [{}, {}]
+    assert unframe(no_start.content)[-1][1]["error"]["code"] == "invalid_argument"
+    assert unframe(unknown_pid.content)[-1][1]["error"]["code"] == "not_found"
+    assert unframe(truncated.content)[-1][1]["error"]["code"] == "invalid_argument"
+    assert output(frames, "stdout") == b"xyz\n"
 
 
 async def test_kill_reports_signal_and_children_die(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Routes: ``GET /health`` (204, never authenticated), ``GET /envs``, ``POST /init``, ``GET|POST
 /files``, ``GET /metrics``, and ``POST /process.Process/*`` and ``POST
 /filesystem.Filesystem/*``. Once ``/init`` has set an access token, every other request must
-carry it in ``X-Access-Token`` (checked in constant time) or gets 401.
+carry it in ``X-Access-Token`` (checked in constant time) or gets 401; ``/files`` also accepts
+the SDK's signed URLs (``signature`` and ``signature_expiration`` query parameters).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +82,9 @@ class AccessTokenMiddleware:
             if name == TOKEN_HEADER:
                 presented = value.decode("latin-1")
                 break
-        if self.state.token_ok(presented):
+        if self.state.token_ok(presented) or (
+            presented is None and path == "/files" and self._signed(scope)
+        ):
             await self.app(scope, receive, send)
             return
         message = "missing access token" if presented is None else "invalid access token"
@@ -90,6 +94,20 @@ class AccessTokenMiddleware:
             body = {"code": 401, "message": message}
         response = JSONResponse(body, status_code=401)
         await response(scope, receive, send)
+
+    def _signed(self, scope: Scope) -> bool:
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        signatures = query.get("signature")
+        if not signatures:
+            return False
+        expiration = query.get("signature_expiration")
+        return self.state.signature_ok(
+            path=query.get("path", [""])[0],
+            operation="write" if scope.get("method") == "POST" else "read",
+            username=query.get("username", [""])[0],
+            signature=signatures[0],
+            expiration=expiration[0] if expiration else None,
+        )
 
 
 async def _health(request: Request) -> Response:

@@ -259,14 +259,16 @@ def get_str_list(message: Mapping[str, Any], name: str) -> list[str]:
 
 UnaryHandler = Callable[[Request, Message], Awaitable[Message]]
 StreamHandler = Callable[[Request, Message], AsyncGenerator[Message, None]]
+ClientStreamHandler = Callable[[Request, AsyncIterator[Message]], Awaitable[Message]]
 
 
 @dataclass(frozen=True)
 class Method:
-    """One RPC: a unary handler or a server-stream handler (exactly one is set)."""
+    """One RPC: a unary, server-stream or client-stream handler (exactly one is set)."""
 
     unary: UnaryHandler | None = None
     stream: StreamHandler | None = None
+    client_stream: ClientStreamHandler | None = None
 
 
 def _media_type(request: Request) -> str:
@@ -394,6 +396,48 @@ async def serve_stream(request: Request, handler: StreamHandler) -> Response:
     )
 
 
+async def read_envelopes(chunks: AsyncIterator[bytes]) -> AsyncIterator[Message]:
+    """Parse request messages as they arrive (client streams); stops at end-of-stream.
+
+    Raises:
+        ConnectError: ``invalid_argument`` for a truncated, compressed or oversized message.
+    """
+    buffer = bytearray()
+    async for chunk in chunks:
+        buffer.extend(chunk)
+        while len(buffer) >= ENVELOPE_HEADER.size:
+            flags, length = ENVELOPE_HEADER.unpack_from(buffer, 0)
+            if length > MAX_REQUEST_BYTES:
+                raise ConnectError(Code.RESOURCE_EXHAUSTED, "request message too large")
+            if len(buffer) < ENVELOPE_HEADER.size + length:
+                break
+            payload = bytes(buffer[ENVELOPE_HEADER.size : ENVELOPE_HEADER.size + length])
+            del buffer[: ENVELOPE_HEADER.size + length]
+            if flags & FLAG_END_STREAM:
+                return
+            if flags & FLAG_COMPRESSED:
+                raise ConnectError(Code.INVALID_ARGUMENT, "compressed messages are not accepted")
+            yield parse_json_message(payload)
+    if buffer:
+        raise ConnectError(Code.INVALID_ARGUMENT, "truncated envelope")
+
+
+async def serve_client_stream(request: Request, handler: ClientStreamHandler) -> Response:
+    """Feed a client stream's messages to the handler; answer its one reply as a stream."""
+    try:
+        if _media_type(request) != STREAM_CONTENT_TYPE:
+            raise ConnectError(
+                Code.UNIMPLEMENTED,
+                f"unsupported content type {_media_type(request)!r}; only the JSON codec is served",
+            )
+        _check_request_encoding(request, stream=True)
+        reply = await handler(request, read_envelopes(request.stream()))
+        body = encode_envelope(reply) + encode_envelope({}, end=True)
+    except ConnectError as exc:
+        body = encode_envelope({"error": exc.to_json()}, end=True)
+    return Response(body, media_type=STREAM_CONTENT_TYPE)
+
+
 def unknown_method_response(path: str) -> Response:
     """The answer for a path that names no served RPC."""
     return error_response(ConnectError(Code.NOT_FOUND, f"unknown method {path}"))
@@ -409,4 +453,6 @@ async def dispatch(request: Request, method: Method | None) -> Response:
         return await serve_unary(request, method.unary)
     if method.stream is not None:
         return await serve_stream(request, method.stream)
+    if method.client_stream is not None:
+        return await serve_client_stream(request, method.client_stream)
     return error_response(ConnectError(Code.UNIMPLEMENTED, "method not implemented"))

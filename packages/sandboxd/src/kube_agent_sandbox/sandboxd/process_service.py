@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -167,6 +167,7 @@ class ProcessService:
             prefix + "SendSignal": Method(unary=self.send_signal),
             prefix + "CloseStdin": Method(unary=self.close_stdin),
             prefix + "Update": Method(unary=self.update),
+            prefix + "StreamInput": Method(client_stream=self.stream_input),
         }
 
     def _spec(self, request: Request, message: Message) -> ProcessSpec:
@@ -256,6 +257,31 @@ class ProcessService:
             await process.write_input(data)
         except ProcessError as exc:
             raise to_connect_error(exc) from exc
+        return {}
+
+    async def stream_input(self, request: Request, messages: AsyncIterator[Message]) -> Message:
+        """``StreamInput``: ``start{process}``, then ``data{input}`` / ``keepalive`` messages."""
+        del request
+        process: ManagedProcess | None = None
+        async for message in messages:
+            if "start" in message:
+                if process is not None:
+                    raise ConnectError(Code.INVALID_ARGUMENT, "the stream was already started")
+                process = self._find(get_object(message, "start"))
+            elif "data" in message:
+                if process is None:
+                    raise ConnectError(Code.INVALID_ARGUMENT, "the first message must be start")
+                data_input = get_object(get_object(message, "data"), "input")
+                field = "pty" if "pty" in data_input else "stdin"
+                data = b64decode(data_input.get(field), field=f"input.{field}")
+                try:
+                    await process.write_input(data)
+                except ProcessError as exc:
+                    raise to_connect_error(exc) from exc
+            elif "keepalive" not in message:
+                raise ConnectError(Code.INVALID_ARGUMENT, "unknown stream input message")
+        if process is None:
+            raise ConnectError(Code.INVALID_ARGUMENT, "the stream had no start message")
         return {}
 
     async def close_stdin(self, request: Request, message: Message) -> Message:

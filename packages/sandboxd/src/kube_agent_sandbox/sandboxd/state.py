@@ -7,8 +7,11 @@ is the guard); afterwards every request except ``/health`` must carry it in ``X-
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import os
+import time
 from dataclasses import dataclass, field
 
 DEFAULT_USER = "user"
@@ -42,3 +45,28 @@ class DaemonState:
         if presented is None:
             return False
         return hmac.compare_digest(presented.encode(), self.access_token.encode())
+
+    def signature_ok(
+        self,
+        *,
+        path: str,
+        operation: str,
+        username: str,
+        signature: str,
+        expiration: str | None,
+        now: float | None = None,
+    ) -> bool:
+        """Whether a signed ``/files`` URL (the SDK's ``download_url``/``upload_url``) is valid.
+
+        The v1 signature is ``"v1_" + unpadded base64(sha256("<path>:<operation>:<user>:<token>"
+        [+ ":<expiration>"]))``; an expiration (Unix seconds) must not have passed.
+        """
+        if self.access_token is None:
+            return True
+        raw = f"{path}:{operation}:{username}:{self.access_token}"
+        if expiration is not None:
+            if not expiration.isdigit() or int(expiration) < (now or time.time()):
+                return False
+            raw += f":{expiration}"
+        digest = base64.b64encode(hashlib.sha256(raw.encode()).digest()).rstrip(b"=")
+        return hmac.compare_digest(signature.encode(), b"v1_" + digest)
