@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from e2b import Sandbox, SandboxQuery
+from e2b import Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
 from gateway_stack import GatewayStack
 
@@ -248,7 +248,7 @@ def test_sdk_pause_and_resume_through_connect(
 
     assert sbx.pause() is True
     wait_for_condition(cluster.api_client(), sandbox_ref, c.CONDITION_SUSPENDED, timeout=60)
-    paused = Sandbox.list(query=SandboxQuery(state=["paused"]), api_key=key).next_items()
+    paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED]), api_key=key).next_items()
     assert [p.sandbox_id for p in paused] == [sbx.sandbox_id]
     assert Sandbox.get_info(sbx.sandbox_id, api_key=key).state.value == "paused"
     # pausing twice: the API answers 409, which the SDK reports as False

@@ -10,6 +10,7 @@ daemon has no auth until a token is set; a re-init also carries the token as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -63,6 +64,7 @@ async def init_daemon(
     budget: float = 5.0,
     retry_interval: float = 0.25,
     transport: httpx.AsyncBaseTransport | None = None,
+    client: httpx.AsyncClient | None = None,
 ) -> None:
     """``POST /init`` to the daemon at ``address``, retrying until ``timeout`` runs out.
 
@@ -74,7 +76,8 @@ async def init_daemon(
         sandbox_id: sent as ``E2b-Sandbox-Id`` (sandboxd echoes it in heartbeats).
         budget: total time for every attempt, in seconds.
         retry_interval: pause between attempts.
-        transport: httpx transport (tests).
+        transport: httpx transport (tests; ignored with ``client``).
+        client: a shared HTTP client (a fresh one per call when None).
 
     Raises:
         InitError: if no attempt got a 2xx answer in time (the last failure is chained).
@@ -87,7 +90,11 @@ async def init_daemon(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget
     last: Exception | None = None
-    async with httpx.AsyncClient(transport=transport, timeout=budget) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        if client is None:
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(transport=transport, timeout=budget)
+            )
         while True:
             body = init_body(
                 access_token=access_token,

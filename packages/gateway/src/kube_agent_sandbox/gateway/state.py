@@ -20,6 +20,8 @@ import importlib
 import logging
 from typing import Any, Protocol
 
+import httpx
+
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import ApiClient, Client, load_config
 from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
@@ -152,6 +154,8 @@ class GatewayState:
         self.creates: dict[tuple[str, str], asyncio.Future[str]] = {}
         """In-flight creates by ``(namespace, Idempotency-Key)`` -> future of the sandbox id."""
         self._helpers: list[Any] = []
+        self.http: httpx.AsyncClient | None = None
+        """The HTTP client of the gateway's own calls to daemons (``/init``)."""
         self.data_plane: Any = None
         """The data-plane ASGI app, built by the app on first use."""
         self.started = False
@@ -231,6 +235,8 @@ class GatewayState:
                 config, qps=self.options.kube_api_qps, burst=self.options.kube_api_burst
             )
         self._build_informers(self._api)
+        # one client (its TLS context is built once); pods are reached directly, never by proxy
+        self.http = httpx.AsyncClient(trust_env=False)
         for informer in self.informers.values():
             informer.start()
         async with asyncio.timeout(CACHE_SYNC_TIMEOUT):
@@ -266,6 +272,9 @@ class GatewayState:
                 except Exception:
                     logger.exception("stopping %r failed", helper)
         self._helpers.clear()
+        if self.http is not None:
+            await self.http.aclose()
+            self.http = None
         for informer in self.informers.values():
             with contextlib.suppress(Exception):
                 await informer.stop()
@@ -293,6 +302,7 @@ class GatewayState:
                 heartbeat_url=self.heartbeat_url,
                 sandbox_id=record.sandbox_id,
                 budget=self.options.init_timeout_seconds,
+                client=self.http,
             )
         except Exception as exc:
             logger.warning("sandbox %s: daemon /init failed: %s", record.sandbox_id, exc)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -345,15 +346,24 @@ async def create_sandbox(request: Request, state: GatewayState) -> Response:
     idempotency_key = request.headers.get("idempotency-key")
     if idempotency_key is not None and IDEMPOTENCY_KEY.fullmatch(idempotency_key) is None:
         return bad_request("Idempotency-Key must be 1-255 lowercase letters, digits or hyphens")
+    started = time.perf_counter()
     try:
         record = await _deduplicated(state, tenant, spec, idempotency_key)
     except CreateFailed as failed:
         return failed.response
+    ready = time.perf_counter()
     try:
         await copy_policy_to_sandbox(state, record)
     except ApiError as exc:
         logger.warning("sandbox %s: policy annotations not copied: %s", record.sandbox_id, exc)
     await state.init_sandbox(record, env_vars=spec.env_vars)
+    logger.info(
+        "sandbox %s/%s created: ready after %.0f ms, answered after %.0f ms",
+        record.namespace,
+        record.sandbox_id,
+        (ready - started) * 1000,
+        (time.perf_counter() - started) * 1000,
+    )
     body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
     return JSONResponse(body_out, status_code=201)
 

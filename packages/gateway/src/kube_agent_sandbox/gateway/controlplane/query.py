@@ -89,7 +89,7 @@ def select(
             continue
         if template and template_id(record) != template:
             continue
-        if started_after is not None and started_at(record) <= started_after:
+        if started_after is not None and started_at(record) < started_after:
             continue
         stored = stored_metadata(record)
         if any(stored.get(k) != v for k, v in metadata.items()):
