@@ -24,7 +24,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import AsyncSandbox, CommandExitException, FileType, Sandbox
+from e2b import (
+    AsyncSandbox,
+    CommandExitException,
+    FilesystemEventType,
+    FileType,
+    Sandbox,
+)
 from e2b.exceptions import FileNotFoundException
 
 logger = logging.getLogger(__name__)
@@ -228,6 +234,33 @@ def test_files_streamed_and_gzip_uploads(sbx: Sandbox, tmp_path: Path) -> None:
     assert streamed == payload
 
 
+def test_watch_dir_polled_by_the_sync_sdk(sbx: Sandbox, tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    handle = sbx.files.watch_dir(str(tmp_path), recursive=True, include_entry=True)
+    try:
+        (tmp_path / "new.txt").write_text("x")
+        (tmp_path / "sub" / "deep.txt").write_text("y")
+        (tmp_path / "new.txt").unlink()
+        seen: list[tuple[str, FilesystemEventType]] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and ("new.txt", FilesystemEventType.REMOVE) not in seen:
+            events = handle.get_new_events()
+            seen.extend((event.name, event.type) for event in events)
+            for event in events:
+                if event.type == FilesystemEventType.CREATE and event.name == "sub/deep.txt":
+                    assert event.entry is not None
+                    assert event.entry.path == str(tmp_path / "sub" / "deep.txt")
+            time.sleep(0.05)
+    finally:
+        handle.stop()
+    assert ("new.txt", FilesystemEventType.CREATE) in seen
+    assert ("new.txt", FilesystemEventType.WRITE) in seen
+    assert ("sub/deep.txt", FilesystemEventType.CREATE) in seen
+    assert ("new.txt", FilesystemEventType.REMOVE) in seen
+    with pytest.raises(FileNotFoundException):
+        sbx.files.watch_dir(str(tmp_path / "missing"))
+
+
 def test_round_trip_latency_and_throughput(sbx: Sandbox, tmp_path: Path) -> None:
     """Measures the figures of the report (logged; sanity bounds only)."""
     sbx.commands.run("true")  # warm the connection
@@ -303,6 +336,19 @@ def test_async_sdk(sandboxd: subprocess.Popen[bytes], tmp_path: Path) -> None:
         await sandbox.files.remove(f"{tmp_path}/x.txt")
         assert await sandbox.files.exists(f"{tmp_path}/x.txt") is False
         assert await sandbox.is_running() is True
+
+        watched: list[tuple[str, FilesystemEventType]] = []
+        watch = await sandbox.files.watch_dir(
+            str(tmp_path), on_event=lambda e: watched.append((e.name, e.type))
+        )
+        await asyncio.sleep(0.3)
+        await sandbox.files.write(f"{tmp_path}/w.txt", "watched")
+        for _ in range(100):
+            if ("w.txt", FilesystemEventType.CREATE) in watched:
+                break
+            await asyncio.sleep(0.05)
+        await watch.stop()
+        assert ("w.txt", FilesystemEventType.CREATE) in watched
 
     del sandboxd
     asyncio.run(scenario())

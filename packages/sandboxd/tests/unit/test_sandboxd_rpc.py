@@ -580,3 +580,41 @@ async def test_root_daemon_runs_and_writes_as_the_requested_user(tmp_path: Path)
     nobody = pwd.getpwnam("nobody").pw_uid
     assert (tmp_path / "new" / "f").stat().st_uid == nobody
     assert (tmp_path / "new").stat().st_uid == nobody
+
+
+async def test_polled_watcher_lifecycle_and_errors(tmp_path: Path) -> None:
+    async with make_client() as client:
+        created = await unary(
+            client, "filesystem.Filesystem/CreateWatcher", {"path": str(tmp_path)}
+        )
+        watcher_id = created.json()["watcherId"]
+        (tmp_path / "f").write_text("1")
+        await asyncio.sleep(0.2)
+        got = await unary(
+            client, "filesystem.Filesystem/GetWatcherEvents", {"watcherId": watcher_id}
+        )
+        again = await unary(
+            client, "filesystem.Filesystem/GetWatcherEvents", {"watcherId": watcher_id}
+        )
+        removed = await unary(
+            client, "filesystem.Filesystem/RemoveWatcher", {"watcherId": watcher_id}
+        )
+        after = await unary(
+            client, "filesystem.Filesystem/GetWatcherEvents", {"watcherId": watcher_id}
+        )
+        missing = await unary(
+            client, "filesystem.Filesystem/CreateWatcher", {"path": str(tmp_path / "nope")}
+        )
+        not_dir = await unary(
+            client, "filesystem.Filesystem/CreateWatcher", {"path": str(tmp_path / "f")}
+        )
+        _r, stream_missing = await stream(
+            client, "filesystem.Filesystem/WatchDir", {"path": str(tmp_path / "nope")}
+        )
+    assert {"name": "f", "type": "EVENT_TYPE_CREATE"} in got.json()["events"]
+    assert again.json() == {}  # drained
+    assert removed.json() == {}
+    assert after.json()["code"] == "not_found"
+    assert missing.json()["code"] == "not_found"
+    assert not_dir.json()["code"] == "invalid_argument"
+    assert stream_missing[-1][1]["error"]["code"] == "not_found"

@@ -190,9 +190,10 @@ def build_app(
     processes = ProcessManager()
     heartbeat = Heartbeat(state, lambda: processes.running, interval=heartbeat_interval)
     processes.listeners.append(heartbeat.poke)
+    filesystem = FilesystemService(state)
     methods = {
         **ProcessService(state, processes).methods(),
-        **FilesystemService(state).methods(),
+        **filesystem.methods(),
     }
     daemon = Daemon(state=state, processes=processes, heartbeat=heartbeat, methods=methods)
 
@@ -240,6 +241,7 @@ def build_app(
             yield
         finally:
             await heartbeat.stop()
+            filesystem.close()
             await processes.shutdown()
 
     app = Starlette(

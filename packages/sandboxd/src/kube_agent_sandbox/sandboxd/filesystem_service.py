@@ -20,6 +20,8 @@ import posixpath
 import pwd
 import shutil
 import stat
+import uuid
+from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,14 +32,22 @@ from kube_agent_sandbox.sandboxd.connect import (
     ConnectError,
     Message,
     Method,
+    get_bool,
     get_int,
     get_str,
 )
-from kube_agent_sandbox.sandboxd.process_service import request_user
+from kube_agent_sandbox.sandboxd.process_service import keepalive_seconds, request_user
 from kube_agent_sandbox.sandboxd.state import DaemonState
 from kube_agent_sandbox.sandboxd.users import BadPathError, User, resolve_path
+from kube_agent_sandbox.sandboxd.watch import (
+    DirectoryWatch,
+    PolledWatcher,
+    WatchError,
+    check_directory,
+)
 
 MAX_LIST_ENTRIES = 100_000
+MAX_WATCHERS = 256
 
 
 def os_error(exc: OSError, path: str) -> ConnectError:
@@ -237,6 +247,14 @@ class FilesystemService:
             state: The daemon's configuration.
         """
         self.state = state
+        self.watchers: dict[str, PolledWatcher] = {}
+
+    def close(self) -> None:
+        """Stop every polled watcher (daemon exit)."""
+        for watcher in self.watchers.values():
+            if watcher.watch is not None:
+                watcher.watch.close()
+        self.watchers.clear()
 
     def methods(self) -> dict[str, Method]:
         """The served RPCs by path."""
@@ -247,6 +265,10 @@ class FilesystemService:
             prefix + "MakeDir": Method(unary=self.make_dir),
             prefix + "Remove": Method(unary=self.remove),
             prefix + "Move": Method(unary=self.move),
+            prefix + "WatchDir": Method(stream=self.watch_dir),
+            prefix + "CreateWatcher": Method(unary=self.create_watcher),
+            prefix + "GetWatcherEvents": Method(unary=self.get_watcher_events),
+            prefix + "RemoveWatcher": Method(unary=self.remove_watcher),
         }
 
     def _path(self, request: Request, message: Message, field: str = "path") -> tuple[str, User]:
@@ -314,3 +336,82 @@ class FilesystemService:
         except OSError as exc:
             raise os_error(exc, source) from exc
         return {"entry": entry}
+
+    async def _start_watch(
+        self,
+        request: Request,
+        message: Message,
+        on_event: Callable[[Message], None],
+    ) -> DirectoryWatch:
+        path, _user = self._path(request, message)
+        include_entry = get_bool(message, "includeEntry")
+        try:
+            await asyncio.to_thread(check_directory, path)
+            return DirectoryWatch(
+                path,
+                recursive=get_bool(message, "recursive"),
+                on_event=on_event,
+                entry_of=_entry_or_none if include_entry else None,
+            )
+        except WatchError as exc:
+            if exc.errno == errno.ENOTDIR:
+                raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from exc
+            raise os_error(exc, path) from exc
+        except OSError as exc:
+            raise os_error(exc, path) from exc
+
+    async def watch_dir(self, request: Request, message: Message) -> AsyncGenerator[Message, None]:
+        """``WatchDir``: ``start{}``, then ``filesystem{event}`` messages (and keepalives)."""
+        queue: asyncio.Queue[Message] = asyncio.Queue()
+        watch = await self._start_watch(request, message, queue.put_nowait)
+        keepalive = keepalive_seconds(request)
+        try:
+            yield {"start": {}}
+            while not watch.closed or not queue.empty():
+                try:
+                    event = await asyncio.wait_for(queue.get(), keepalive or 3600)
+                except TimeoutError:
+                    if keepalive is not None:
+                        yield {"keepalive": {}}
+                    continue
+                yield {"filesystem": event}
+        finally:
+            watch.close()
+
+    async def create_watcher(self, request: Request, message: Message) -> Message:
+        """``CreateWatcher``: a watch polled with ``GetWatcherEvents``."""
+        if len(self.watchers) >= MAX_WATCHERS:
+            raise ConnectError(Code.RESOURCE_EXHAUSTED, "too many watchers")
+        watcher = PolledWatcher(uuid.uuid4().hex)
+        watcher.watch = await self._start_watch(request, message, watcher.add)
+        self.watchers[watcher.watch_id] = watcher
+        return {"watcherId": watcher.watch_id}
+
+    def _watcher(self, message: Message) -> PolledWatcher:
+        watch_id = get_str(message, "watcherId")
+        watcher = self.watchers.get(watch_id)
+        if watcher is None:
+            raise ConnectError(Code.NOT_FOUND, f"watcher '{watch_id}' not found")
+        return watcher
+
+    async def get_watcher_events(self, request: Request, message: Message) -> Message:
+        """``GetWatcherEvents``: the events since the last call."""
+        del request
+        events = self._watcher(message).drain()
+        return {"events": events} if events else {}
+
+    async def remove_watcher(self, request: Request, message: Message) -> Message:
+        """``RemoveWatcher``: stop a polled watch."""
+        del request
+        watcher = self._watcher(message)
+        if watcher.watch is not None:
+            watcher.watch.close()
+        self.watchers.pop(watcher.watch_id, None)
+        return {}
+
+
+def _entry_or_none(path: str) -> Message | None:
+    try:
+        return entry_info(path)
+    except OSError:
+        return None
