@@ -50,3 +50,6 @@ METADATA_IDLE_TIMEOUT: Final = "idle_timeout"
 
 RESERVED_METADATA_PREFIX: Final = f"{PROJECT_PREFIX}/"
 """Metadata keys under this prefix are vendor options, removed before storage."""
+
+LABEL_ENV_SECRET: Final = f"{PROJECT_PREFIX}/gateway-env"
+"""On the Secret (owned by the claim) keeping a sandbox's ``envVars`` for re-inits."""

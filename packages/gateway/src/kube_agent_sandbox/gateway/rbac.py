@@ -1,8 +1,10 @@
 """What the gateway may do in the cluster, as data (manifests are generated from it).
 
 The gateway reads claims, Sandboxes, Pods, warm pools, templates and its API-key Secrets
-through informers; it creates, patches and deletes only SandboxClaims, patches Sandboxes
-(resume, pause, policy annotations) and renews heartbeat Leases.
+through informers; it creates, patches and deletes only SandboxClaims, creates a zero-replica
+warm pool for a template that has none, patches Sandboxes (resume, pause, policy
+annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its claim) and
+renews heartbeat Leases.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
         "sandboxclaims",
         ("get", "list", "watch", "create", "patch", "delete"),
     ),
-    rule(c.EXTENSIONS_GROUP, ("sandboxwarmpools", "sandboxtemplates"), ("get", "list", "watch")),
+    rule(c.EXTENSIONS_GROUP, "sandboxwarmpools", ("get", "list", "watch", "create")),
+    rule(c.EXTENSIONS_GROUP, "sandboxtemplates", ("get", "list", "watch")),
     rule(c.GROUP, "sandboxes", ("get", "list", "watch", "patch")),
     rule("", "pods", ("get", "list", "watch")),
-    rule("", "secrets", ("get", "list", "watch")),
+    rule("", "secrets", ("get", "list", "watch", "create")),
     rule("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
 """The gateway's ClusterRole rules (bind with a RoleBinding per tenant namespace to scope it)."""

@@ -29,6 +29,7 @@ from kube_agent_sandbox.controller.runtime.types import ListWatcher
 from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.envd import ENVD_PORT, init_daemon
+from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
 from kube_agent_sandbox.gateway.resources import PODS, SANDBOX_CLAIMS, SANDBOXES, SECRETS
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
@@ -287,6 +288,8 @@ class GatewayState:
     async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str] | None) -> bool:
         """``POST /init`` to the sandbox's daemon (best effort); True if it answered.
 
+        ``env_vars`` None means "the environment kept at create" (re-init of a new pod).
+
         A daemon that cannot be reached (no daemon in the image, kwok pods) is logged, not
         fatal: the exec fallback serves such sandboxes.
         """
@@ -294,6 +297,8 @@ class GatewayState:
         if address is None:
             logger.warning("sandbox %s has no pod address: /init skipped", record.sandbox_id)
             return False
+        if env_vars is None:  # a new pod of an existing sandbox: the kept environment
+            env_vars = await load_env(self.api, record.namespace, record.sandbox_id)
         try:
             await init_daemon(
                 address,

@@ -7,6 +7,7 @@ import json
 import urllib.parse
 from typing import Any
 
+import httpx
 from gateway_fakes import TENANT, Gateway, claim_of
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
@@ -19,11 +20,13 @@ from kube_agent_sandbox.gateway.annotations import (
 )
 from kube_agent_sandbox.gateway.controlplane.ids import is_sandbox_id
 from kube_agent_sandbox.gateway.controlplane.models import parse_time
+from kube_agent_sandbox.gateway.envvars import decode_env
 from kube_agent_sandbox.gateway.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
+    SECRETS,
 )
 
 
@@ -472,3 +475,34 @@ async def test_heartbeat_path_is_served_by_the_gateway(gateway: Gateway) -> None
     assert right.status_code == 204
     other_path = await gateway.client.post("/_gateway/other", headers=headers)
     assert other_path.status_code == 299
+
+
+async def test_env_vars_are_kept_in_a_claim_owned_secret_for_reinits(gateway: Gateway) -> None:
+    inits: list[dict[str, Any]] = []
+
+    def daemon(request: httpx.Request) -> httpx.Response:
+        inits.append(json.loads(request.content))
+        return httpx.Response(204)
+
+    gateway.state.http = httpx.AsyncClient(transport=httpx.MockTransport(daemon))
+    sid = await _create(gateway, {"templateID": "base", "envVars": {"TOKEN": "s3cret"}})
+    assert inits[-1]["envVars"] == {"TOKEN": "s3cret"}
+    claim = claim_of(gateway.api, sid)
+    secret = gateway.api.obj(SECRETS, f"{sid}-env", TENANT)
+    assert secret is not None
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "SandboxClaim",
+        sid,
+        claim["metadata"]["uid"],
+    )
+    assert decode_env(secret) == {"TOKEN": "s3cret"}
+    assert "s3cret" not in json.dumps(claim)
+    record = gateway.state.index.lookup(sid)
+    assert record is not None
+    assert await gateway.state.init_sandbox(record, env_vars=None)
+    assert inits[-1]["envVars"] == {"TOKEN": "s3cret"}
+    # without envVars no Secret is written
+    plain = await _create(gateway)
+    assert gateway.api.obj(SECRETS, f"{plain}-env", TENANT) is None
+    await gateway.state.http.aclose()

@@ -304,3 +304,16 @@ async def test_init_daemon_does_not_retry_a_refusal() -> None:
             transport=httpx.MockTransport(handler),
         )
     assert len(calls) == 1
+
+
+def test_env_secret_decoding_refuses_garbage() -> None:
+    from kube_agent_sandbox.gateway.envvars import decode_env, env_secret
+
+    claim = {"metadata": {"name": "abc", "namespace": "ns", "uid": "u-1"}}
+    secret = env_secret(claim, {"A": "1"})
+    assert secret["metadata"]["name"] == "abc-env"
+    assert decode_env(secret) == {"A": "1"}
+    for data in ({}, {"envVars": "!!"}, {"envVars": base64.b64encode(b"[1]").decode()}):
+        assert decode_env({"data": data}) is None
+    bad_value = base64.b64encode(json.dumps({"A": 1}).encode()).decode()
+    assert decode_env({"data": {"envVars": bad_value}}) is None

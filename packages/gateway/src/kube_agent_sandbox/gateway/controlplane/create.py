@@ -50,6 +50,7 @@ from kube_agent_sandbox.gateway.controlplane.models import (
     parse_create,
     sandbox_body,
 )
+from kube_agent_sandbox.gateway.envvars import store_env
 from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
 from kube_agent_sandbox.gateway.resources import (
@@ -301,11 +302,12 @@ async def _start(
             now=now,
         )
         try:
-            await state.api.create(SANDBOX_CLAIMS, namespace, claim)
+            created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
         except ApiError as exc:
             if exc.already_exists:
                 continue
             raise CreateFailed(_api_failure(exc, may_exist=False)) from exc
+        await store_env(state.api, created, spec.env_vars)
         logger.info(
             "tenant %s: creating sandbox %s/%s from pool %s",
             tenant.key_id,
