@@ -66,7 +66,14 @@ def sandboxd() -> Iterator[subprocess.Popen[bytes]]:
             "there; stop whatever listens on it (another sandboxd or envd) and re-run"
         )
     process = subprocess.Popen(
-        [sys.executable, "-m", "kube_agent_sandbox.sandboxd", "--host", "127.0.0.1"],
+        [
+            sys.executable,
+            "-m",
+            "kube_agent_sandbox.sandboxd",
+            "--host",
+            "127.0.0.1",
+            "--no-forward",
+        ],
         env={**os.environ, "SANDBOXD_PORT": str(PORT), "SANDBOXD_LOG_LEVEL": "warning"},
     )
     try:

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from kube_agent_sandbox.sandboxd import files_api
 from kube_agent_sandbox.sandboxd.connect import Code, ConnectError, Method, dispatch
 from kube_agent_sandbox.sandboxd.filesystem_service import FilesystemService
+from kube_agent_sandbox.sandboxd.forward import PortForwarder
 from kube_agent_sandbox.sandboxd.heartbeat import DEFAULT_INTERVAL_SECONDS, Heartbeat
 from kube_agent_sandbox.sandboxd.process_service import ProcessService
 from kube_agent_sandbox.sandboxd.processes import ProcessManager
@@ -176,12 +177,14 @@ def build_app(
     state: DaemonState | None = None,
     *,
     heartbeat_interval: float = DEFAULT_INTERVAL_SECONDS,
+    forwarder: PortForwarder | None = None,
 ) -> Starlette:
     """Build the daemon's ASGI app.
 
     Args:
         state: Initial configuration (default: nothing set until ``/init``).
         heartbeat_interval: Seconds between activity heartbeats while processes run.
+        forwarder: Exposes loopback-only services on the pod address while the app runs.
 
     Returns:
         The application; ``app.state.daemon`` is its :class:`Daemon`.
@@ -237,9 +240,13 @@ def build_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         del app
         heartbeat.start()
+        if forwarder is not None:
+            forwarder.start()
         try:
             yield
         finally:
+            if forwarder is not None:
+                await forwarder.stop()
             await heartbeat.stop()
             filesystem.close()
             await processes.shutdown()

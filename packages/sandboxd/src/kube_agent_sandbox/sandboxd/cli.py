@@ -36,6 +36,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=float(os.environ.get("SANDBOXD_HEARTBEAT_INTERVAL", "30")),
         help="seconds between activity heartbeats while processes run",
     )
+    parser.add_argument(
+        "--no-forward",
+        action="store_true",
+        default=os.environ.get("SANDBOXD_NO_FORWARD", "") not in ("", "0", "false"),
+        help="do not expose services bound to 127.0.0.1 on the pod address",
+    )
     parser.add_argument("--log-level", default=os.environ.get("SANDBOXD_LOG_LEVEL", "info"))
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
@@ -50,13 +56,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn
 
     from kube_agent_sandbox.sandboxd.app import build_app
+    from kube_agent_sandbox.sandboxd.forward import PortForwarder, pod_addresses
 
     args = parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    forwarder = None
+    if not args.no_forward:
+        forwarder = PortForwarder(pod_addresses(), exclude={args.port})
     app = build_app(
-        DaemonState(default_user=args.default_user), heartbeat_interval=args.heartbeat_interval
+        DaemonState(default_user=args.default_user),
+        heartbeat_interval=args.heartbeat_interval,
+        forwarder=forwarder,
     )
     uvicorn.run(
         app,
