@@ -264,3 +264,55 @@ def test_sdk_pause_and_resume_through_connect(
     assert Sandbox.get_info(sbx.sandbox_id, api_key=key).state.value == "running"
     logger.warning("gateway latency: resume through connect %.1f ms (kwok)", resume_seconds * 1000)
     assert resumed.kill() is True
+
+
+def test_sdk_cold_template_idempotency_and_kept_env(
+    cluster: ClusterAccess,
+    namespace: str,
+    gateway_stack: GatewayStack,
+    sdk_env: str,
+) -> None:
+    # a template without a pool: the gateway adds a zero-replica shadow pool (cold start)
+    template, _pool = _pool_objects(namespace, "cold", 0)
+    cluster.apply([template])
+    key = _add_key(cluster, namespace)
+    deadline = time.monotonic() + 30
+    while gateway_stack.state.tenants.authenticate(key) is None:
+        assert time.monotonic() < deadline, "the gateway never saw the API key"
+        time.sleep(0.1)
+    started = time.perf_counter()
+    sbx = Sandbox.create(
+        "cold", envs={"SECRET_TOKEN": "abc"}, idempotency_key="cold-create-1", api_key=key
+    )
+    cold_seconds = time.perf_counter() - started
+    again = Sandbox.create(
+        "cold", envs={"SECRET_TOKEN": "abc"}, idempotency_key="cold-create-1", api_key=key
+    )
+    assert again.sandbox_id == sbx.sandbox_id
+    pool = wait_for_object(
+        cluster.api_client(),
+        ObjectRef(
+            c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, "shadow-pool-cold", namespace
+        ),
+        lambda o: True,
+        timeout=10,
+    )
+    assert pool["spec"]["replicas"] == 0
+    claim = wait_for_condition(cluster.api_client(), _claim_ref(namespace, sbx.sandbox_id), "Ready")
+    assert claim["spec"]["warmPoolRef"]["name"] == "shadow-pool-cold"
+    assert claim["status"]["sandbox"]["name"] == sbx.sandbox_id  # cold: named like the claim
+    assert "env" not in claim["spec"]
+    secret = wait_for_object(
+        cluster.api_client(),
+        ObjectRef("v1", "Secret", f"{sbx.sandbox_id}-env", namespace),
+        lambda o: True,
+        timeout=10,
+    )
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == claim["metadata"]["uid"]
+    assert "abc" not in str(claim)
+    info = Sandbox.get_info(sbx.sandbox_id, api_key=key)
+    assert info.template_id == "cold"
+    logger.warning("gateway latency: create (cold, kwok) %.1f ms", cold_seconds * 1000)
+    assert sbx.kill() is True
+    # the Secret goes with the claim (garbage collection by owner reference)
+    wait_for_deletion(cluster.api_client(), _claim_ref(namespace, sbx.sandbox_id), timeout=60)
