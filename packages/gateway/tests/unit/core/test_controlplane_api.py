@@ -13,6 +13,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime import ApiError
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_IDEMPOTENCY_KEY,
     ANNOTATION_METADATA,
@@ -506,3 +507,54 @@ async def test_env_vars_are_kept_in_a_claim_owned_secret_for_reinits(gateway: Ga
     plain = await _create(gateway)
     assert gateway.api.obj(SECRETS, f"{plain}-env", TENANT) is None
     await gateway.state.http.aclose()
+
+
+async def test_hostile_bodies_are_bounded_and_refused(gateway: Gateway) -> None:
+    huge = b'{"templateID": "base", "metadata": {"a": "' + b"x" * (2 << 20) + b'"}}'
+    response = await gateway.client.post("/v2/sandboxes", content=huge, headers=gateway.headers())
+    assert response.status_code == 413
+    assert response.headers["should-retry"] == "false"
+    big_meta = {"templateID": "base", "metadata": {f"k{i}": "v" * 100 for i in range(1000)}}
+    response = await gateway.client.post("/v2/sandboxes", json=big_meta, headers=gateway.headers())
+    assert response.status_code == 400
+    assert "metadata" in response.json()["message"]
+    assert gateway.api.objects(SANDBOX_CLAIMS) == []
+    sid = await _create(gateway)
+    for path in (f"/sandboxes/{sid}/timeout", f"/v2/sandboxes/{sid}/connect"):
+        for content in (b"[1]", b"{bad", b'"s"'):
+            bad = await gateway.client.post(path, content=content, headers=gateway.headers())
+            assert bad.status_code == 400, (path, content)
+    for path in ("/sandboxes/..%2F..%2Fx", "/sandboxes/%00", "/sandboxes/" + "a" * 300):
+        response = await gateway.client.get(path, headers=gateway.headers())
+        assert response.status_code == 404, path
+    # the gateway still serves after all that
+    assert (await gateway.client.get(f"/sandboxes/{sid}", headers=gateway.headers())).is_success
+
+
+async def test_cluster_refusals_map_to_e2b_errors(gateway: Gateway) -> None:
+    gateway.api.fail(
+        "create", "sandboxclaims", ApiError(422, "Invalid", "metadata.annotations: Too long")
+    )
+    refused = await gateway.client.post(
+        "/v2/sandboxes", json={"templateID": "base"}, headers=gateway.headers()
+    )
+    assert refused.status_code == 400
+    assert "Too long" in refused.json()["message"]
+    gateway.api.fail("create", "sandboxclaims", ApiError(503, "ServiceUnavailable", "etcd"))
+    busy = await gateway.client.post(
+        "/v2/sandboxes", json={"templateID": "base"}, headers=gateway.headers()
+    )
+    assert busy.status_code == 503
+    assert busy.headers["should-retry"] == "true"
+    gateway.api.fail("create", "sandboxclaims", ApiError(403, "Forbidden", "no"))
+    forbidden = await gateway.client.post(
+        "/v2/sandboxes", json={"templateID": "base"}, headers=gateway.headers()
+    )
+    assert forbidden.status_code == 500
+    assert forbidden.headers["should-retry"] == "false"
+    assert gateway.api.objects(SANDBOX_CLAIMS) == []
+    assert (
+        await gateway.client.post(
+            "/v2/sandboxes", json={"templateID": "base"}, headers=gateway.headers()
+        )
+    ).status_code == 201

@@ -38,6 +38,7 @@ from kube_agent_sandbox.gateway.annotations import (
     POLICY_ANNOTATIONS,
 )
 from kube_agent_sandbox.gateway.controlplane.auth import authenticate
+from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
 from kube_agent_sandbox.gateway.controlplane.ids import new_sandbox_id
 from kube_agent_sandbox.gateway.controlplane.models import (
     IDEMPOTENCY_KEY,
@@ -329,6 +330,8 @@ def _api_failure(exc: ApiError, *, may_exist: bool) -> Response:
         )
     if exc.status == 403:
         return e2b_error(500, f"the gateway may not do this: {exc.message}", should_retry=False)
+    if exc.status in (400, 422):
+        return e2b_error(400, f"the cluster refused the sandbox: {exc.message}", should_retry=False)
     return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
 
 
@@ -338,11 +341,10 @@ async def create_sandbox(request: Request, state: GatewayState) -> Response:
     if isinstance(tenant, Response):
         return tenant
     try:
-        body = await request.json()
-    except ValueError:
-        return bad_request("the request body is not valid JSON")
-    try:
+        body = await read_json_object(request, required=True)
         spec = parse_create(body, default_timeout=state.options.default_timeout_seconds)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
     except BadRequest as exc:
         return bad_request(str(exc))
     idempotency_key = request.headers.get("idempotency-key")

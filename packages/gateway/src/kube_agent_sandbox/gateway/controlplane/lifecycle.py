@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import ApiError
 from kube_agent_sandbox.gateway.controlplane.auth import authenticate
+from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
 from kube_agent_sandbox.gateway.controlplane.create import copy_policy_to_sandbox
 from kube_agent_sandbox.gateway.controlplane.models import (
     ON_TIMEOUT_PAUSE,
@@ -51,19 +52,6 @@ def _tenant_record(
     return record, None
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = await request.json()
-    except ValueError:
-        raise BadRequest("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
-
-
 async def set_deadline(
     state: GatewayState, record: SandboxRecord, seconds: int, *, extend_only: bool
 ) -> None:
@@ -91,8 +79,10 @@ async def connect(request: Request, state: GatewayState) -> Response:
     if record is None:
         return error or sandbox_not_found("")
     try:
-        body = await _json_body(request)
+        body = await read_json_object(request, required=False)
         timeout = parse_timeout(body.get("timeout"), default=state.options.default_timeout_seconds)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
     except BadRequest as exc:
         return bad_request(str(exc))
     resumed = False
@@ -137,10 +127,12 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
     if record is None:
         return error or sandbox_not_found("")
     try:
-        body = await _json_body(request)
+        body = await read_json_object(request, required=False)
         if "timeout" not in body:
             raise BadRequest("timeout is required")
         timeout = parse_timeout(body["timeout"], default=0)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
     except BadRequest as exc:
         return bad_request(str(exc))
     try:

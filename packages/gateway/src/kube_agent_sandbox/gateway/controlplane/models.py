@@ -34,6 +34,8 @@ _DNS_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IDEMPOTENCY_KEY: Final = re.compile(r"^[a-z0-9-]{1,255}$")
 MIN_IDLE_TIMEOUT_SECONDS: Final = 60
+MAX_METADATA_BYTES: Final = 64 * 1024
+"""Metadata is one annotation; all of an object's annotations must fit in 256 KiB."""
 ON_TIMEOUT_KILL: Final = "kill"
 ON_TIMEOUT_PAUSE: Final = "pause"
 STATE_RUNNING: Final = "running"
@@ -129,6 +131,8 @@ def parse_create(body: Any, *, default_timeout: int) -> CreateRequest:
         if _ENV_NAME.fullmatch(name) is None:
             raise BadRequest(f"envVars has an invalid variable name {name!r}")
     metadata, idle_timeout = split_metadata(_string_map(body.get("metadata"), "metadata"))
+    if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
+        raise BadRequest(f"metadata must stay under {MAX_METADATA_BYTES} bytes of JSON")
     return CreateRequest(
         template_id=template,
         timeout=timeout,
