@@ -9,7 +9,8 @@ without containers):
 * ``agent-sandbox-gateway serve`` as a ServiceAccount bound only to the generated gateway
   ClusterRole, with every pod address rewritten to 127.0.0.1 and the two sandbox ports mapped
   to the local daemons (``--pod-address-override``, ``--pod-port-map``: testing only);
-* a tenant namespace with an API key (``agent-sandbox-gateway keys create``), and a
+* a tenant namespace with an API key (``agent-sandbox-gateway keys create``), a second
+  tenant with its own key (which must not reach the first tenant's sandboxes), and a
   SandboxTemplate plus a one-member SandboxWarmPool for each E2B template the scenario uses
   (``base``, ``code-interpreter-v1``).
 
@@ -68,6 +69,7 @@ class GatewayStack:
 
     url: str
     api_key: str
+    other_tenant_key: str
     namespace: str
     workdir: Path
     gateway: ManagedProcess
@@ -204,7 +206,8 @@ def _start_gateway(
         "serve",
         f"--listen=127.0.0.1:{port}",
         "--kubeconfig={kubeconfig}",
-        f"--namespace={namespace}",
+        # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
+        # by their keys, which the cross-tenant test relies on.
         f"--hmac-secret-file={secret_file}",
         "--pod-address-override=127.0.0.1",
         "--pod-port-map=" + ",".join(f"{k}={v}" for k, v in sorted(port_map.items())),
@@ -258,6 +261,7 @@ def gateway_stack(
     files = workdir / "sandbox-home"
     files.mkdir()
     namespace = namespace_name("gateway-acceptance")
+    other = namespace_name("gateway-acceptance-other")
     runner = ControllerRunner(cluster, workdir / "runner")
     supervisor = ProcessSupervisor(workdir / "logs")
     try:
@@ -270,6 +274,8 @@ def gateway_stack(
             port_map={ENVD_PORT: envd_port, INTERPRETER_PORT: interpreter_port},
         )
         api_key = _create_key(cluster, namespace)
+        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+        other_key = _create_key(cluster, other)
         cluster.apply(_template_objects(namespace))
         api = cluster.api_client()
         for name in TEMPLATES:
@@ -283,6 +289,7 @@ def gateway_stack(
         yield GatewayStack(
             url=url,
             api_key=api_key,
+            other_tenant_key=other_key,
             namespace=namespace,
             workdir=files,
             gateway=gateway,
@@ -292,7 +299,8 @@ def gateway_stack(
     finally:
         supervisor.stop_all()
         runner.close()
-        cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+        for name in (namespace, other):
+            cluster.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 
 
 def _old_sdk_python() -> Path:

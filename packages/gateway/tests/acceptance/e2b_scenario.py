@@ -18,6 +18,7 @@ Optional environment variables (the test sets them; defaults suit a real sandbox
 * ``SCENARIO_SKIP_CODE_INTERPRETER=1``: leave out the code-interpreter part.
 * ``SCENARIO_THROUGHPUT_BYTES``: size of the file used for the throughput figures (4 MiB).
 * ``SCENARIO_ROUND_TRIPS``: how many ``true`` commands time the command round trip (10).
+* ``SCENARIO_OTHER_TENANT_KEY``: a key of another tenant; it must not reach the sandbox.
 """
 
 from __future__ import annotations
@@ -95,6 +96,24 @@ def _info(info: Any) -> dict[str, Any]:
             if isinstance(info.end_at, datetime)
             else None
         ),
+    }
+
+
+def _settled_info(sandbox: Any, settled: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """get_info until ``settled`` holds (3 s at most); notes whether the first read was stale.
+
+    The gateway answers reads from its watch caches, so a read right after a write may still
+    show the old value for a moment.
+    """
+    started = time.perf_counter()
+    first = info = _info(sandbox.get_info())
+    while not settled(info) and time.perf_counter() - started < 3:
+        time.sleep(0.05)
+        info = _info(sandbox.get_info())
+    return {
+        **info,
+        "first_read_stale": not settled(first),
+        "settled_after_seconds": round(time.perf_counter() - started, 3),
     }
 
 
@@ -182,6 +201,10 @@ def run_base(recorder: Recorder) -> None:
     """The envd part of the scenario on template ``TEMPLATE``."""
     suite = uuid.uuid4().hex[:12]
     recorder.steps["suite"] = suite
+    recorder.step(
+        "unknown_key",
+        lambda: _raised(lambda: e2b.Sandbox.create(template=TEMPLATE, api_key="e2b_" + "0" * 40)),
+    )
     sandbox = recorder.step(
         "create",
         lambda: e2b.Sandbox.create(
@@ -207,8 +230,12 @@ def run_base(recorder: Recorder) -> None:
     recorder.step("throughput", lambda: _throughput(sandbox, recorder.timings))
     recorder.step("get_info", lambda: _info(sandbox.get_info()))
     recorder.step("set_timeout", lambda: sandbox.set_timeout(60))
-    recorder.step("after_set_timeout", lambda: _info(sandbox.get_info()))
+    recorder.step(
+        "after_set_timeout", lambda: _settled_info(sandbox, lambda i: i["seconds_left"] <= 61)
+    )
     recorder.step("is_running", sandbox.is_running)
+    if os.environ.get("SCENARIO_OTHER_TENANT_KEY"):
+        recorder.step("other_tenant", lambda: _other_tenant(sid))
     recorder.step(
         "list",
         lambda: {
@@ -220,15 +247,28 @@ def run_base(recorder: Recorder) -> None:
     recorder.step("kill_again", lambda: e2b.Sandbox.kill(sid))
     recorder.step("is_running_after_kill", sandbox.is_running)
     recorder.step("list_after_kill", lambda: _listed(suite))
-    recorder.step("get_info_after_kill", lambda: _not_found(lambda: e2b.Sandbox.get_info(sid)))
+    recorder.step("get_info_after_kill", lambda: _raised(lambda: e2b.Sandbox.get_info(sid)))
 
 
-def _not_found(call: Callable[[], Any]) -> dict[str, Any]:
+def _raised(call: Callable[[], Any]) -> dict[str, Any]:
     try:
-        call()
+        value = call()
     except Exception as err:
         return {"raised": type(err).__name__}
-    return {"raised": None}
+    plain = isinstance(value, (bool, int, str, type(None)))
+    return {"raised": None, "value": value if plain else type(value).__name__}
+
+
+def _other_tenant(sid: str) -> dict[str, Any]:
+    """What another tenant's key gets for this sandbox: the answers for an unknown id."""
+    key = os.environ["SCENARIO_OTHER_TENANT_KEY"]
+    return {
+        "get_info": _raised(lambda: e2b.Sandbox.get_info(sid, api_key=key)),
+        "connect": _raised(lambda: e2b.Sandbox.connect(sid, api_key=key)),
+        "set_timeout": _raised(lambda: e2b.Sandbox.set_timeout(sid, 30, api_key=key)),
+        "kill": _raised(lambda: e2b.Sandbox.kill(sid, api_key=key)),
+        "listed": _raised(lambda: len(e2b.Sandbox.list(api_key=key).next_items())),
+    }
 
 
 def _command(sandbox: Any, cmd: str) -> dict[str, Any]:
