@@ -141,7 +141,8 @@ def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> Non
             ("delete", "sandboxes.agents.x-k8s.io"),
             ("create", "pods"),
             ("delete", "nodes"),
-            ("create", "secrets"),
+            ("update", "secrets"),
+            ("delete", "secrets"),
             ("update", "sandboxwarmpools.extensions.agents.x-k8s.io"),
             ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
         }
