@@ -558,3 +558,30 @@ async def test_cluster_refusals_map_to_e2b_errors(gateway: Gateway) -> None:
             "/v2/sandboxes", json={"templateID": "base"}, headers=gateway.headers()
         )
     ).status_code == 201
+
+
+async def test_set_timeout_and_connect_are_signs_of_life(gateway: Gateway) -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.kept: list[str] = []
+
+        def keepalive(self, record: Any) -> None:
+            self.kept.append(record.sandbox_id)
+
+        def request_started(self, record: Any) -> None:
+            raise AssertionError("keepalive is preferred")
+
+    recorder = Recorder()
+    gateway.state.activity = recorder
+    sid = await _create(gateway)
+    await gateway.client.post(
+        f"/sandboxes/{sid}/timeout", json={"timeout": 60}, headers=gateway.headers()
+    )
+    await gateway.client.post(f"/sandboxes/{sid}/connect", json={}, headers=gateway.headers())
+    assert recorder.kept == [sid, sid]
+    # a refused request is no sign of life
+    await gateway.client.post(f"/sandboxes/{sid}/timeout", json={}, headers=gateway.headers())
+    await gateway.client.post(
+        f"/sandboxes/{sid}/timeout", json={"timeout": 5}, headers=gateway.headers(gateway.other_key)
+    )
+    assert recorder.kept == [sid, sid]

@@ -52,6 +52,15 @@ def _tenant_record(
     return record, None
 
 
+def sign_of_life(state: GatewayState, record: SandboxRecord) -> None:
+    """Tell idle shutdown that a client just used the sandbox (set-timeout, connect)."""
+    keepalive = getattr(state.activity, "keepalive", None)
+    if keepalive is not None:
+        keepalive(record)
+    else:
+        state.activity.request_started(record)
+
+
 async def set_deadline(
     state: GatewayState, record: SandboxRecord, seconds: int, *, extend_only: bool
 ) -> None:
@@ -116,7 +125,7 @@ async def connect(request: Request, state: GatewayState) -> Response:
             await copy_policy_to_sandbox(state, record)
         except ApiError as exc:
             logger.warning("sandbox %s: policy not copied: %s", record.sandbox_id, exc)
-    state.activity.request_started(record)
+    sign_of_life(state, record)
     body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
     return JSONResponse(body_out, status_code=201 if resumed else 200)
 
@@ -141,7 +150,7 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
         if exc.not_found:
             return sandbox_not_found(record.sandbox_id)
         return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
-    state.activity.request_started(record)
+    sign_of_life(state, record)
     return Response(status_code=204)
 
 
