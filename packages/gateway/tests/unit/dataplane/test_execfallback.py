@@ -7,9 +7,11 @@ directory; only the transport (``pods/exec``) is replaced by local processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -208,6 +210,48 @@ async def test_bad_rpc_requests_are_clear_errors(gateway_url: str) -> None:
         assert response.status_code == 400
         response = await client.get("/nope", headers=headers)
         assert response.status_code == 404
+
+
+async def test_a_short_write_is_an_error_not_a_short_file(home: Path) -> None:
+    class Lossy(LocalExec):
+        """Loses the last stdin chunk, as a broken exec path would."""
+
+        @contextlib.asynccontextmanager
+        async def open(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            async with super().open(*args, **kwargs) as stream:
+                original = stream.write
+                sent: list[bytes] = []
+
+                async def write(data: bytes) -> None:
+                    sent.append(data)
+                    if len(sent) == 1:
+                        await original(data)
+
+                stream.write = write  # type: ignore[method-assign]
+                yield stream
+
+    state = State()
+    state.index.records[SANDBOX_ID] = make_record(annotations=EXEC)
+    plane = DataPlane(state, exec_fallback=ExecFallback(None, pod_exec=Lossy(str(home))))
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"a" * 10
+        yield b"b" * 10
+
+    transport = httpx.ASGITransport(app=plane)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        response = await client.post(
+            "/files?path=short.txt",
+            headers={**headers, "Content-Type": "application/octet-stream"},
+            content=body(),
+        )
+    assert response.status_code == 500
+    assert "10 of 20 bytes" in response.json()["message"]
 
 
 def test_envelopes_round_trip() -> None:

@@ -438,6 +438,7 @@ class _Upload:
         self.path = path
         self._context = context
         self._stream = stream
+        self._sent = 0
 
     @classmethod
     async def begin(cls, target: _Target, path: str) -> _Upload:
@@ -453,6 +454,7 @@ class _Upload:
     async def write(self, data: bytes) -> None:
         if data:
             await self._stream.write(data)
+            self._sent += len(data)
 
     async def finish(self) -> dict[str, str]:
         try:
@@ -471,7 +473,13 @@ class _Upload:
             raise _Failure(
                 "internal", f"writing {self.path} failed: {detail or self._stream.failure}"
             )
-        home = b"".join(out).decode("utf-8", "replace") or "/"
+        lines = b"".join(out).decode("utf-8", "replace").splitlines()
+        home = lines[0] if lines and lines[0] else "/"
+        written = lines[1].strip() if len(lines) > 1 else ""
+        if written != str(self._sent):
+            raise _Failure(
+                "internal", f"writing {self.path}: {written or 'no'} of {self._sent} bytes arrived"
+            )
         full = scripts.absolute(self.path, home)
         return {"path": full, "name": posixpath.basename(full), "type": "file"}
 

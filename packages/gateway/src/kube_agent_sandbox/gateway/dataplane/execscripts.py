@@ -54,11 +54,13 @@ READ_FILE = (
 """``$1``: file to print."""
 
 WRITE_FILE = (
-    'cd 2>/dev/null || cd /; printf "%s" "$PWD"; '
+    'cd 2>/dev/null || cd /; printf "%s\\n" "$PWD"; '
     f'[ -d "$1" ] && exit {IS_A_DIRECTORY}; '
-    'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"'
+    'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && wc -c < "$1"'
 )
-"""``$1``: file to write from stdin (needs stdin closed at the end: v5). Prints the home."""
+"""``$1``: file to write from stdin (needs stdin closed at the end: v5).
+
+Prints the home directory, then the size written (checked against what was sent)."""
 
 START_PROCESS = (
     'cd 2>/dev/null || cd /; if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; '
