@@ -567,6 +567,12 @@ async def test_root_daemon_runs_and_writes_as_the_requested_user(tmp_path: Path)
             {"process": {"cmd": "/usr/bin/id", "args": ["-un"], "cwd": str(tmp_path)}},
             headers={"Authorization": header},
         )
+        _r, no_home = await stream(
+            client,
+            "process.Process/Start",
+            {"process": {"cmd": "/bin/pwd"}},
+            headers={"Authorization": header},
+        )
         upload = await client.post(
             "/files",
             params={"path": str(tmp_path / "new" / "f"), "username": "nobody"},
@@ -574,6 +580,7 @@ async def test_root_daemon_runs_and_writes_as_the_requested_user(tmp_path: Path)
             headers={"Content-Type": "application/octet-stream"},
         )
     assert output(frames, "stdout") == b"nobody\n"
+    assert output(no_home, "stdout") == b"/\n"  # nobody's home does not exist: cwd falls back
     assert upload.status_code == 200
     import pwd
 
@@ -618,3 +625,59 @@ async def test_polled_watcher_lifecycle_and_errors(tmp_path: Path) -> None:
     assert missing.json()["code"] == "not_found"
     assert not_dir.json()["code"] == "invalid_argument"
     assert stream_missing[-1][1]["error"]["code"] == "not_found"
+
+
+async def test_unexpected_handler_failures_are_internal_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kube_agent_sandbox.sandboxd import filesystem_service, process_service
+
+    def broken(path: str) -> dict[str, object]:
+        raise RuntimeError("disk on fire")
+
+    def broken_env(**kwargs: object) -> dict[str, str]:
+        raise RuntimeError("no env")
+
+    monkeypatch.setattr(filesystem_service, "entry_info", broken)
+    monkeypatch.setattr(process_service, "build_env", broken_env)
+    async with make_client() as client:
+        unary_response = await unary(client, "filesystem.Filesystem/Stat", {"path": "/"})
+        _r, frames = await stream(client, "process.Process/Start", start_request("true"))
+        health = await client.get("/health")
+    assert unary_response.status_code == 500
+    assert unary_response.json() == {
+        "code": "internal",
+        "message": "internal error: RuntimeError: disk on fire",
+    }
+    assert frames[-1][1]["error"]["code"] == "internal"
+    assert health.status_code == 204  # the daemon keeps serving
+
+
+async def test_hostile_protocol_headers_and_oversized_messages() -> None:
+    async with make_client() as client:
+        _r, frames = await stream(
+            client,
+            "process.Process/Start",
+            start_request("echo ok"),
+            headers={"Keepalive-Ping-Interval": "-5", "Connect-Timeout-Ms": "soon"},
+        )
+        huge = await client.post(
+            "/filesystem.Filesystem/Stat",
+            content=b'{"path": "' + b"a" * (5 * 1024 * 1024) + b'"}',
+            headers={"Content-Type": "application/json"},
+        )
+        compressed = await client.post(
+            "/filesystem.Filesystem/Stat",
+            content=b"{}",
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+        huge_frame = await client.post(
+            "/process.Process/Start",
+            content=b"\x00\xff\xff\xff\xff",
+            headers={"Content-Type": "application/connect+json"},
+        )
+    assert output(frames, "stdout") == b"ok\n"
+    assert frames[-1] == (0x02, {})
+    assert huge.json()["code"] == "resource_exhausted"
+    assert compressed.json()["code"] == "unimplemented"
+    assert unframe(huge_frame.content)[-1][1]["error"]["code"] == "invalid_argument"

@@ -282,6 +282,12 @@ def _check_request_encoding(request: Request, *, stream: bool) -> None:
         raise ConnectError(Code.UNIMPLEMENTED, f"unsupported compression {encoding!r}")
 
 
+def _internal(request: Request, exc: Exception) -> ConnectError:
+    """Log an unexpected handler failure; the client gets a Connect ``internal`` error."""
+    logger.error("%s failed", request.url.path, exc_info=exc)
+    return ConnectError(Code.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
 async def _read_body(request: Request) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
@@ -307,6 +313,8 @@ async def serve_unary(request: Request, handler: UnaryHandler) -> Response:
         reply = await handler(request, message)
     except ConnectError as exc:
         return error_response(exc)
+    except Exception as exc:
+        return error_response(_internal(request, exc))
     return Response(
         json.dumps(reply, separators=(",", ":")),
         media_type=UNARY_CONTENT_TYPE,
@@ -342,6 +350,8 @@ async def _stream_body(
         end = {"error": exc.to_json()}
     except TimeoutError:
         end = {"error": ConnectError(Code.DEADLINE_EXCEEDED, "the stream timed out").to_json()}
+    except Exception as exc:
+        end = {"error": _internal(request, exc).to_json()}
     finally:
         aclose = getattr(messages, "aclose", None)
         if aclose is not None:
@@ -379,6 +389,12 @@ async def serve_stream(request: Request, handler: StreamHandler) -> Response:
     except ConnectError as exc:
         return Response(
             encode_envelope({"error": exc.to_json()}, end=True),
+            media_type=STREAM_CONTENT_TYPE,
+            headers=headers,
+        )
+    except Exception as exc:
+        return Response(
+            encode_envelope({"error": _internal(request, exc).to_json()}, end=True),
             media_type=STREAM_CONTENT_TYPE,
             headers=headers,
         )
@@ -435,6 +451,8 @@ async def serve_client_stream(request: Request, handler: ClientStreamHandler) ->
         body = encode_envelope(reply) + encode_envelope({}, end=True)
     except ConnectError as exc:
         body = encode_envelope({"error": exc.to_json()}, end=True)
+    except Exception as exc:
+        body = encode_envelope({"error": _internal(request, exc).to_json()}, end=True)
     return Response(body, media_type=STREAM_CONTENT_TYPE)
 
 

@@ -9,6 +9,7 @@ stdin}`` → a stream of ``{"event": ProcessEvent}``, where the event is ``start
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -184,7 +185,7 @@ class ProcessService:
             elif self.state.default_workdir:
                 cwd = resolve_path(self.state.default_workdir, user)
             else:
-                cwd = user.home
+                cwd = user.home if os.path.isdir(user.home) else "/"
         except BadPathError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, f"cwd: {exc}") from exc
         pty: tuple[int, int] | None = None
