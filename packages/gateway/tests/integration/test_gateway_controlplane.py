@@ -240,8 +240,11 @@ def test_sdk_pause_and_resume_through_connect(
     while gateway_stack.state.tenants.authenticate(key) is None:
         assert time.monotonic() < deadline, "the gateway never saw the API key"
         time.sleep(0.1)
-    sbx = Sandbox.create("base", timeout=300, api_key=key)
+    sbx = Sandbox.create("base", timeout=300, envs={"GREETING": "hello"}, api_key=key)
     claim = wait_for_condition(cluster.api_client(), _claim_ref(namespace, sbx.sandbox_id), "Ready")
+    # end to end through the data plane to the local daemon: /init gave it the token and env
+    assert sbx.is_running()
+    assert sbx.commands.run("echo $GREETING").stdout.strip() == "hello"
     sandbox_ref = ObjectRef(
         c.SANDBOX_API_VERSION, c.KIND_SANDBOX, claim["status"]["sandbox"]["name"], namespace
     )
@@ -254,6 +257,10 @@ def test_sdk_pause_and_resume_through_connect(
     # pausing twice: the API answers 409, which the SDK reports as False
     assert Sandbox.pause(sbx.sandbox_id, api_key=key) is False
 
+    # the resumed pod's daemon starts blank (here: the shared local one is reset)
+    daemon_state = gateway_stack.sandboxd.server.config.app.state.daemon.state
+    daemon_state.env_vars.clear()
+    daemon_state.access_token = None
     started = time.perf_counter()
     resumed = Sandbox.connect(sbx.sandbox_id, timeout=120, api_key=key)
     resume_seconds = time.perf_counter() - started
@@ -262,6 +269,9 @@ def test_sdk_pause_and_resume_through_connect(
     assert condition_status(sandbox, c.CONDITION_SUSPENDED) != "True"
     assert sandbox["spec"].get("operatingMode", "Running") == "Running"
     assert Sandbox.get_info(sbx.sandbox_id, api_key=key).state.value == "running"
+    # the resumed pod was re-initialised: the same token and the kept environment
+    assert daemon_state.access_token == sbx._envd_access_token
+    assert resumed.commands.run("echo $GREETING").stdout.strip() == "hello"
     logger.warning("gateway latency: resume through connect %.1f ms (kwok)", resume_seconds * 1000)
     assert resumed.kill() is True
 
