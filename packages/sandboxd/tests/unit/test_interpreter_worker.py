@@ -332,3 +332,44 @@ async def test_code_runs_as_the_configured_user() -> None:
         await worker.close()
     shell = ShellRunner(shell="sh", cwd="/", run_as=nobody)
     assert _stdout(await _run(shell, "id -u; echo $USER")) == f"{nobody.uid}\nnobody\n"
+
+
+async def test_a_slow_reader_slows_the_worker_instead_of_filling_memory(
+    python: PythonWorker,
+) -> None:
+    code = (
+        "import sys\nchunk = 'y' * 65535 + '\\n'\n"
+        "for _ in range(3000):\n    sys.stdout.write(chunk)"
+    )
+    stream = python.execute(code)
+    received = 0
+    try:
+        async for event in stream:
+            if event["type"] == "stdout":
+                received += len(event["text"])
+                break
+        await asyncio.sleep(1.5)  # the client stops reading
+        process = python._process
+        assert process is not None
+        assert process.queue.qsize() <= worker_module.QUEUE_ITEMS
+        assert process.alive
+        async for event in stream:  # reading again lets the cell finish
+            if event["type"] == "stdout":
+                received += len(event["text"])
+        assert received == 3000 * 65536
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def test_close_does_not_wait_forever_for_an_unclosed_execution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "CLOSE_WAIT_SECONDS", 0.5)
+    worker = PythonWorker(cwd=str(tmp_path))
+    await worker.start()
+    stream = worker.execute("import time\nprint('x', flush=True)\ntime.sleep(30)")
+    async for _ in stream:  # started, then neither read nor closed
+        break
+    await asyncio.wait_for(worker.close(), 10)
+    assert worker._process is not None
+    assert not worker._process.alive

@@ -38,7 +38,9 @@ DRIVER = Path(__file__).with_name("driver.py")
 START_TIMEOUT_SECONDS = 30.0
 INTERRUPT_GRACE_SECONDS = 2.0
 SYNC_GRACE_SECONDS = 2.0
+CLOSE_WAIT_SECONDS = 5.0
 READ_CHUNK = 64 * 1024
+QUEUE_ITEMS = 256  # of at most READ_CHUNK bytes each
 
 
 class WorkerError(Exception):
@@ -76,7 +78,9 @@ class _Process:
     ) -> None:
         self.proc = proc
         self.token = token
-        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        # Bounded: a client that reads slowly slows the worker down (its writes block) instead
+        # of the server buffering the worker's output without limit.
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(QUEUE_ITEMS)
         self.last_seq = 0  # the number of the last event the server consumed
         self.base_env_sent = False
         stdout, stderr, events_reader = readers
@@ -101,13 +105,13 @@ class _Process:
                 if isinstance(part, int):
                     tail = decoder.decode(b"", final=True)
                     if tail:
-                        self.queue.put_nowait((name, (epoch, tail)))
+                        await self.queue.put((name, (epoch, tail)))
                     epoch = part
-                    self.queue.put_nowait(("sync", (name, part)))
+                    await self.queue.put(("sync", (name, part)))
                     continue
                 text = decoder.decode(part, final=not chunk)
                 if text:
-                    self.queue.put_nowait((name, (epoch, text)))
+                    await self.queue.put((name, (epoch, text)))
             if not chunk:
                 return
 
@@ -117,13 +121,13 @@ class _Process:
                 message = await read_frame(reader)
                 if message is None:
                     break
-                self.queue.put_nowait(("event", message))
+                await self.queue.put(("event", message))
         except FrameError as exc:
             # Not our driver's output any more (user code wrote to the event pipe?): the
             # protocol cannot recover, so the worker goes and the execution reports its exit.
             logger.error("worker %s sent a bad frame, killing it: %s", self.proc.pid, exc)
             self.signal_group(signal.SIGKILL)
-        self.queue.put_nowait(("exit", None))
+        await self.queue.put(("exit", None))
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -259,10 +263,18 @@ class PythonWorker:
         process = self._process
         if process is not None:
             await process.kill()
-        async with self._lock:
+        try:
+            await asyncio.wait_for(self._lock.acquire(), CLOSE_WAIT_SECONDS)
+        except TimeoutError:
+            # An execution iterator nobody reads or closes holds the lock; the process is gone.
+            logger.warning("closing a context whose execution was abandoned unclosed")
+            return
+        try:
             if self._process is not None:
                 await self._process.kill()
                 self._process = None
+        finally:
+            self._lock.release()
 
     async def execute(
         self,
@@ -424,6 +436,8 @@ class PythonWorker:
 
     async def _recover_and_release(self) -> None:
         try:
+            if self._closed:
+                return
             process = self._process
             if process is not None and not await self._interrupt(process):
                 logger.warning("worker %s did not stop on interrupt; restarting it", self.pid)
