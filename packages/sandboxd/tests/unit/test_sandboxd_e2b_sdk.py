@@ -371,6 +371,35 @@ def test_async_sdk(sandboxd: subprocess.Popen[bytes], tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_async_sdk_pty(sandboxd: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    from e2b import PtySize
+
+    async def scenario() -> None:
+        sandbox = await AsyncSandbox.create()
+        received = bytearray()
+        terminal = await sandbox.pty.create(
+            PtySize(rows=24, cols=80),
+            on_data=received.extend,
+            envs={"HOME": str(tmp_path)},  # a quiet login shell
+            cwd=str(tmp_path),
+        )
+        await sandbox.pty.resize(terminal.pid, PtySize(rows=30, cols=100))
+        await sandbox.pty.send_stdin(terminal.pid, b"stty size; echo from-$((40+2))\n")
+        for _ in range(200):
+            if b"from-42" in received and b"30 100" in received:
+                break
+            await asyncio.sleep(0.05)
+        await sandbox.pty.send_stdin(terminal.pid, b"exit 5\n")
+        with pytest.raises(CommandExitException) as caught:
+            await terminal.wait()
+        assert caught.value.exit_code == 5
+        assert b"from-42" in received
+        assert b"30 100" in received
+
+    del sandboxd
+    asyncio.run(scenario())
+
+
 def test_sdk_sees_the_daemon_stop(sandboxd: subprocess.Popen[bytes]) -> None:
     """Runs last: the daemon gone, ``is_running`` must not claim otherwise."""
     sandbox = Sandbox.create()
