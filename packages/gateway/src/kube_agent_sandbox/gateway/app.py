@@ -18,6 +18,8 @@ from typing import Final
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
@@ -145,8 +147,13 @@ def build_app(state: GatewayState) -> Starlette:
                     logger.exception("closing the data plane failed")
             await state.stop()
 
+    async def internal_error(_request: Request, exc: Exception) -> Response:
+        logger.error("control-plane request failed: %r", exc)
+        return e2b_error(500, "internal gateway error", should_retry=False)
+
     app = Starlette(
         routes=control_plane_routes(state),
+        exception_handlers={Exception: internal_error},
         middleware=[Middleware(DataPlaneDispatch, state=state)],
         lifespan=lifespan,
     )

@@ -133,6 +133,7 @@ class Gateway:
     key: str
     other_key: str
     controller: FakeController
+    app: Any = None
 
     def headers(self, key: str | None = None) -> dict[str, str]:
         """Auth headers of the tenant (or of ``key``)."""
@@ -168,7 +169,7 @@ async def started_gateway() -> AsyncIterator[Gateway]:
     transport = httpx.ASGITransport(app=app)
     client = httpx.AsyncClient(transport=transport, base_url="http://gw")
     try:
-        yield Gateway(api, state, client, key, other_key, controller)
+        yield Gateway(api, state, client, key, other_key, controller, app)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -585,3 +585,16 @@ async def test_set_timeout_and_connect_are_signs_of_life(gateway: Gateway) -> No
         f"/sandboxes/{sid}/timeout", json={"timeout": 5}, headers=gateway.headers(gateway.other_key)
     )
     assert recorder.kept == [sid, sid]
+
+
+async def test_unexpected_failures_answer_an_e2b_error(gateway: Gateway) -> None:
+    gateway.api.fail("get", "sandboxwarmpools", RuntimeError("boom"))
+    transport = httpx.ASGITransport(app=gateway.app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        response = await client.post(
+            "/v2/sandboxes", json={"templateID": "base"}, headers=gateway.headers()
+        )
+    assert response.status_code == 500
+    assert response.json() == {"code": 500, "message": "internal gateway error"}
+    assert response.headers["should-retry"] == "false"
+    assert (await gateway.client.get("/health")).status_code == 200

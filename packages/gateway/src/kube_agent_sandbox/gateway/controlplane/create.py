@@ -381,7 +381,19 @@ async def _deduplicated(
     slot = (tenant.namespace, idempotency_key)
     running = state.creates.get(slot)
     if running is not None:
-        sandbox_id = await asyncio.shield(running)
+        try:
+            sandbox_id = await asyncio.shield(running)
+        except CreateFailed:
+            raise
+        except Exception as exc:  # the first create broke off: a retry with the key is safe
+            raise CreateFailed(
+                e2b_error(
+                    503,
+                    "a create with this Idempotency-Key failed, retry",
+                    should_retry=True,
+                    retry_after=RETRY_AFTER_SECONDS,
+                )
+            ) from exc
         return await _wait_ready(state, sandbox_id, tenant.namespace, keep=True)
     future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     state.creates[slot] = future
