@@ -23,6 +23,8 @@ from kube_agent_sandbox.sandboxd.interpreter.config import (
 
 logger = logging.getLogger(__name__)
 
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
 
 def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
     """Parses the command line into options.
@@ -156,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         log_level=logging.getLogger().level,
         access_log=False,
         timeout_keep_alive=75,
+        # A running execution's stream must not hold a shutdown up for as long as it runs.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
