@@ -241,6 +241,18 @@ def test_files_streamed_and_gzip_uploads(sbx: Sandbox, tmp_path: Path) -> None:
     assert streamed == payload
 
 
+def test_file_metadata_as_xattrs(sbx: Sandbox, tmp_path: Path) -> None:
+    target = f"{tmp_path}/meta.txt"
+    info = sbx.files.write(target, "m", metadata={"Owner": "me", "stage": "raw"})
+    assert info.metadata == {"owner": "me", "stage": "raw"}
+    assert sbx.files.get_info(target).metadata == {"owner": "me", "stage": "raw"}
+    assert [e.metadata for e in sbx.files.list(str(tmp_path))] == [{"owner": "me", "stage": "raw"}]
+    streamed = sbx.files.write(f"{tmp_path}/s.bin", io.BytesIO(b"x"), metadata={"k": "v"})
+    assert streamed.metadata == {"k": "v"}
+    assert sbx.files.get_info(f"{tmp_path}/s.bin").metadata == {"k": "v"}
+    assert sbx.files.get_info(str(tmp_path)).metadata is None
+
+
 def test_watch_dir_polled_by_the_sync_sdk(sbx: Sandbox, tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     handle = sbx.files.watch_dir(str(tmp_path), recursive=True, include_entry=True)

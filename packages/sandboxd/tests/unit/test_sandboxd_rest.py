@@ -345,6 +345,30 @@ async def test_upload_errors(tmp_path: Path) -> None:
     assert blocker.read_text() == "x"
 
 
+async def test_metadata_headers_are_validated(tmp_path: Path) -> None:
+    octet = {"Content-Type": "application/octet-stream"}
+    async with make_client() as client:
+        bad_value = await client.post(
+            "/files",
+            params={"path": str(tmp_path / "a")},
+            content=b"x",
+            headers=[*octet.items(), ("X-Metadata-Key", "café".encode())],
+        )
+        good = await client.post(
+            "/files",
+            params={"path": str(tmp_path / "b")},
+            content=b"x",
+            headers={**octet, "X-Metadata-Team": "blue"},
+        )
+    assert bad_value.status_code == 400
+    assert "invalid metadata value" in bad_value.json()["message"]
+    assert not (tmp_path / "a").exists()
+    assert good.json() == [
+        {"path": str(tmp_path / "b"), "name": "b", "type": "file", "metadata": {"team": "blue"}}
+    ]
+    assert os.getxattr(tmp_path / "b", "user.e2b.team") == b"blue"
+
+
 async def test_no_space_is_507(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 

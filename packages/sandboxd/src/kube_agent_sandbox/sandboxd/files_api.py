@@ -24,6 +24,7 @@ from typing import IO, Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
+from kube_agent_sandbox.sandboxd import metadata as file_metadata
 from kube_agent_sandbox.sandboxd.filesystem_service import chown, make_dirs
 from kube_agent_sandbox.sandboxd.multipart import (
     MultipartError,
@@ -188,9 +189,10 @@ async def _gzip_file(path: str) -> AsyncIterator[bytes]:
 class _Target:
     """One file being written by an upload."""
 
-    def __init__(self, path: str, user: User) -> None:
+    def __init__(self, path: str, user: User, metadata: dict[str, str] | None = None) -> None:
         self.path = path
         self.user = user
+        self.metadata = metadata or {}
         self.created = False
         self.handle: IO[bytes] | None = None
 
@@ -223,7 +225,20 @@ class _Target:
             self.handle.close()
         except OSError as exc:
             raise _os_error(exc, self.path) from exc
-        return {"path": self.path, "name": posixpath.basename(self.path), "type": "file"}
+        result: dict[str, Any] = {
+            "path": self.path,
+            "name": posixpath.basename(self.path),
+            "type": "file",
+        }
+        if self.metadata:
+            try:
+                file_metadata.write(self.path, self.metadata)
+            except OSError as exc:
+                raise FilesError(
+                    400, f"cannot store metadata on '{self.path}': {exc.strerror or exc}"
+                ) from exc
+            result["metadata"] = dict(self.metadata)
+        return result
 
     def abort(self) -> None:
         if self.handle is not None:
@@ -273,12 +288,18 @@ async def upload(request: Request, state: DaemonState) -> Response:
     written: list[dict[str, Any]] = []
     try:
         user = _user(request, state)
+        try:
+            metadata = file_metadata.from_headers(request.headers.items())
+        except file_metadata.MetadataError as exc:
+            raise FilesError(400, str(exc)) from exc
         decoder = _Decoder(request.headers.get("content-encoding", ""))
         content_type = request.headers.get("content-type", "")
         if content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
-            written = await _upload_multipart(request, user, decoder, content_type, targets)
+            written = await _upload_multipart(
+                request, user, decoder, content_type, targets, metadata
+            )
         else:
-            target = _Target(_resolve(request.query_params.get("path"), user), user)
+            target = _Target(_resolve(request.query_params.get("path"), user), user, metadata)
             targets.append(target)
             target.open()
             async for chunk in request.stream():
@@ -307,6 +328,7 @@ async def _upload_multipart(
     decoder: _Decoder,
     content_type: str,
     targets: list[_Target],
+    metadata: dict[str, str],
 ) -> list[dict[str, Any]]:
     written: list[dict[str, Any]] = []
     query_path = request.query_params.get("path")
@@ -320,7 +342,7 @@ async def _upload_multipart(
         raw = query_path if use_query else headers.filename
         if not raw:
             raise FilesError(400, "a file part needs a file name (its target path) or ?path=")
-        target = _Target(_resolve(raw, user), user)
+        target = _Target(_resolve(raw, user), user, metadata)
         targets.append(target)
         target.open()
         current[0] = target

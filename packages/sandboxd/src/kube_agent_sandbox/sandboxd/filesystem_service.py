@@ -27,6 +27,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from kube_agent_sandbox.sandboxd import metadata as file_metadata
 from kube_agent_sandbox.sandboxd.connect import (
     Code,
     ConnectError,
@@ -131,6 +132,9 @@ def entry_info(path: str) -> Message:
             .replace("+00:00", "Z"),
         }
     )
+    stored = file_metadata.read(path)
+    if stored:
+        entry["metadata"] = stored
     return {key: value for key, value in entry.items() if value not in ("", 0, "0", None)}
 
 
