@@ -4,7 +4,7 @@ The gateway reads claims, Sandboxes, Pods, warm pools, templates and its API-key
 through informers; it creates, patches and deletes only SandboxClaims, creates a zero-replica
 warm pool for a template that has none, patches Sandboxes (resume, pause, policy
 annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its claim) and
-renews heartbeat Leases.
+renews heartbeat Leases. The data plane's exec fallback runs commands through ``pods/exec``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule(c.EXTENSIONS_GROUP, "sandboxtemplates", ("get", "list", "watch")),
     rule(c.GROUP, "sandboxes", ("get", "list", "watch", "patch")),
     rule("", "pods", ("get", "list", "watch")),
+    # the exec fallback (envd over pods/exec for images without a daemon); a WebSocket exec is
+    # a GET, authorised as "create" since Kubernetes 1.31 and as "get" before
+    rule("", "pods/exec", ("create", "get")),
     rule("", "secrets", ("get", "list", "watch", "create")),
     rule("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
