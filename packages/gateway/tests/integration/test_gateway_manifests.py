@@ -10,6 +10,8 @@ the rules the gateway's code declares.
 
 from __future__ import annotations
 
+import copy
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,14 +124,19 @@ def test_service_and_least_privilege_role(cluster: ClusterAccess) -> None:
 
 
 def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> None:
-    """The bound ServiceAccount, asked through the API server's authorizer (kubectl auth can-i)."""
+    """The built role, bound to a ServiceAccount, asked through the API server (can-i)."""
     objects = _build(cluster)
-    role = objects[("ClusterRole", "agent-sandbox-gateway")]
-    cluster.apply(role)
+    # Copies under a name of this test's own, so no other test's role is touched.
+    name = f"agent-sandbox-gateway-can-i-{secrets.token_hex(3)}"
+    role = copy.deepcopy(objects[("ClusterRole", "agent-sandbox-gateway")])
+    role["metadata"]["name"] = name
+    binding = copy.deepcopy(objects[("ClusterRoleBinding", "agent-sandbox-gateway")])
+    binding["metadata"]["name"] = name
+    binding["roleRef"]["name"] = name
+    binding["subjects"][0]["name"] = name
+    cluster.apply([role, binding])
     try:
-        user = f"--as=system:serviceaccount:{NAMESPACE}:agent-sandbox-gateway"
-        binding = objects[("ClusterRoleBinding", "agent-sandbox-gateway")]
-        cluster.apply(binding)
+        user = f"--as=system:serviceaccount:{NAMESPACE}:{name}"
         allowed = {
             ("create", "sandboxclaims.extensions.agents.x-k8s.io"),
             ("delete", "sandboxclaims.extensions.agents.x-k8s.io"),
@@ -151,7 +158,5 @@ def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> Non
             expected = "yes" if (verb, resource) in allowed else "no"
             assert answer.stdout.strip() == expected, (verb, resource, answer.stdout)
     finally:
-        cluster.kubectl(
-            "delete", "clusterrolebinding", "agent-sandbox-gateway", "--ignore-not-found"
-        )
-        cluster.kubectl("delete", "clusterrole", "agent-sandbox-gateway", "--ignore-not-found")
+        cluster.kubectl("delete", "clusterrolebinding", name, "--ignore-not-found")
+        cluster.kubectl("delete", "clusterrole", name, "--ignore-not-found")
