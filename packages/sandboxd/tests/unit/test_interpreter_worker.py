@@ -152,11 +152,20 @@ async def test_exit_kills_the_worker_which_restarts(python: PythonWorker) -> Non
     ]
 
 
-async def test_a_worker_killed_between_cells_is_restarted_on_use(python: PythonWorker) -> None:
-    assert python.pid is not None
-    os.kill(python.pid, signal.SIGKILL)
-    await asyncio.sleep(0.2)
-    assert (await _run(python, "3"))[-1]["text"] == "3"
+@pytest.mark.parametrize("pause", [0.0, 0.01, 0.2])
+async def test_a_worker_killed_between_cells_is_restarted_on_use(
+    python: PythonWorker, pause: float
+) -> None:
+    for _ in range(3):
+        assert python.pid is not None
+        os.kill(python.pid, signal.SIGKILL)
+        await asyncio.sleep(pause)
+        found = await asyncio.wait_for(_run(python, "3"), 15)
+        # Either the death was noticed first (a new worker runs the cell) or the cell met it.
+        texts = [e.get("text") for e in found if e["type"] == "result"]
+        names = [e["name"] for e in _errors(found)]
+        assert (texts, names) in ((["3"], []), ([], ["ContextRestarting"])), found
+    assert (await _run(python, "4"))[-1]["text"] == "4"
 
 
 async def test_time_limit_interrupts_and_keeps_globals(python: PythonWorker) -> None:

@@ -39,6 +39,7 @@ START_TIMEOUT_SECONDS = 30.0
 INTERRUPT_GRACE_SECONDS = 2.0
 SYNC_GRACE_SECONDS = 2.0
 CLOSE_WAIT_SECONDS = 5.0
+PUMP_DRAIN_SECONDS = 1.0
 READ_CHUNK = 64 * 1024
 QUEUE_ITEMS = 256  # of at most READ_CHUNK bytes each
 
@@ -83,6 +84,7 @@ class _Process:
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(QUEUE_ITEMS)
         self.last_seq = 0  # the number of the last event the server consumed
         self.base_env_sent = False
+        self.events_closed = False  # set before ("exit", None) is queued
         stdout, stderr, events_reader = readers
         self.tasks = [
             asyncio.create_task(self._pump_output("stdout", stdout)),
@@ -92,7 +94,7 @@ class _Process:
 
     @property
     def alive(self) -> bool:
-        return self.proc.returncode is None
+        return self.proc.returncode is None and not self.events_closed
 
     async def _pump_output(self, name: str, reader: asyncio.StreamReader) -> None:
         splitter = SyncSplitter(self.token)
@@ -127,6 +129,7 @@ class _Process:
             # protocol cannot recover, so the worker goes and the execution reports its exit.
             logger.error("worker %s sent a bad frame, killing it: %s", self.proc.pid, exc)
             self.signal_group(signal.SIGKILL)
+        self.events_closed = True
         await self.queue.put(("exit", None))
 
     def send(self, message: dict[str, Any]) -> None:
@@ -138,15 +141,23 @@ class _Process:
             os.killpg(self.proc.pid, signum)
 
     async def kill(self) -> None:
+        """Kills the process group; a consumer waiting on the queue then gets ``exit``."""
         self.signal_group(signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         await self.proc.wait()
+        # Let the pumps read to the end (the dead worker's pipes close), but not for long: a
+        # grandchild may hold stdout open, or a full queue nobody drains may block a pump.
+        await asyncio.wait(self.tasks, timeout=PUMP_DRAIN_SECONDS)
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if not self.events_closed:
+            self.events_closed = True
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(("exit", None))
         if self.proc.stdin is not None:
             self.proc.stdin.close()
 
@@ -305,6 +316,10 @@ class PythonWorker:
             assert process is not None
             while not process.queue.empty():  # output of background threads between cells
                 process.queue.get_nowait()
+            if not process.alive:  # it died just now (its exit was among the drained items)
+                await self._restart_locked()
+                process = self._process
+                assert process is not None
             command: dict[str, Any] = {"op": "execute", "code": code, "env": dict(env or {})}
             if self.base_env and not process.base_env_sent:
                 command["base_env"] = self.base_env  # kept by the process from now on
