@@ -245,6 +245,9 @@ def test_sdk_pause_and_resume_through_connect(
     # end to end through the data plane to the local daemon: /init gave it the token and env
     assert sbx.is_running()
     assert sbx.commands.run("echo $GREETING").stdout.strip() == "hello"
+    (metric,) = sbx.get_metrics()
+    assert metric.cpu_count >= 1
+    assert metric.mem_total > 0
     sandbox_ref = ObjectRef(
         c.SANDBOX_API_VERSION, c.KIND_SANDBOX, claim["status"]["sandbox"]["name"], namespace
     )

@@ -119,3 +119,29 @@ async def init_daemon(
 
 def _host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+async def daemon_metrics(
+    address: tuple[str, int],
+    *,
+    access_token: str,
+    client: httpx.AsyncClient,
+    budget: float = 2.0,
+) -> dict[str, Any] | None:
+    """The daemon's ``GET /metrics`` (envd's field names), or None when it cannot answer."""
+    host, port = address
+    try:
+        response = await client.get(
+            f"http://{_host(host)}:{port}/metrics",
+            headers={"X-Access-Token": access_token},
+            timeout=budget,
+        )
+    except httpx.HTTPError:
+        return None
+    if not response.is_success:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None

@@ -430,11 +430,49 @@ async def test_list_filters_and_pages(gateway: Gateway) -> None:
         assert bad.status_code == 400, params
 
 
-async def test_metrics_is_a_list(gateway: Gateway) -> None:
+async def test_metrics_come_from_the_daemon(gateway: Gateway) -> None:
+    seen: list[httpx.Request] = []
+    answer: dict[str, Any] = {
+        "ts": 1764626400,
+        "cpu_count": 2,
+        "cpu_used_pct": 12.5,
+        "mem_total": 2048,
+        "mem_used": 1024,
+        "mem_cache": 10,
+        "disk_total": 100,
+        "disk_used": 50,
+    }
+
+    def daemon(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/metrics":
+            return httpx.Response(200, json=answer)
+        return httpx.Response(204)
+
+    gateway.state.http = httpx.AsyncClient(transport=httpx.MockTransport(daemon))
     sid = await _create(gateway)
     response = await gateway.client.get(f"/sandboxes/{sid}/metrics", headers=gateway.headers())
     assert response.status_code == 200
+    (sample,) = response.json()
+    assert sample["timestampUnix"] == 1764626400
+    assert sample["timestamp"] == "2025-12-01T22:00:00Z"
+    assert (sample["cpuCount"], sample["cpuUsedPct"], sample["memUsed"]) == (2, 12.5, 1024)
+    assert (sample["memTotal"], sample["memCache"], sample["diskUsed"]) == (2048, 10, 50)
+    uid = claim_of(gateway.api, sid)["metadata"]["uid"]
+    assert seen[-1].headers["x-access-token"] == gateway.state.tokens.envd_access_token(uid)
+    for garbage in ({}, {"ts": "x"}, {"ts": True}):
+        answer.clear()
+        answer.update(garbage)
+        response = await gateway.client.get(f"/sandboxes/{sid}/metrics", headers=gateway.headers())
+        assert response.json() == [], garbage
+    await gateway.state.http.aclose()
+    # no daemon at all: no samples
+    gateway.state.http = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(502))
+    )
+    response = await gateway.client.get(f"/sandboxes/{sid}/metrics", headers=gateway.headers())
     assert response.json() == []
+    await gateway.state.http.aclose()
 
 
 async def test_data_plane_requests_go_to_the_data_plane(gateway: Gateway) -> None:

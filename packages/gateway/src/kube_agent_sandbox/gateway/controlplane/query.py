@@ -1,5 +1,7 @@
 """Get, list and metrics: answered from the informer caches, no API call.
 
+Metrics are the one exception: the daemon's ``/metrics`` of a running sandbox, one sample.
+
 List pages with an opaque ``nextToken`` (a cursor over the sort key ``(startedAt, id)``), so
 pages stay consistent while sandboxes come and go; ``X-Next-Token`` is set only when more
 entries follow. Filters: ``metadata`` (every pair must match), ``state``, ``template``,
@@ -11,8 +13,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from datetime import datetime
-from typing import Final
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -32,6 +34,7 @@ from kube_agent_sandbox.gateway.controlplane.models import (
     stored_metadata,
     template_id,
 )
+from kube_agent_sandbox.gateway.envd import ENVD_PORT, daemon_metrics
 from kube_agent_sandbox.gateway.errors import bad_request, sandbox_not_found
 from kube_agent_sandbox.gateway.index import SandboxRecord
 from kube_agent_sandbox.gateway.state import GatewayState
@@ -152,12 +155,48 @@ async def get_sandbox(request: Request, state: GatewayState) -> Response:
     return JSONResponse(detail_body(record, tokens=state.tokens, domain=state.options.domain))
 
 
+def metric_sample(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """One ``SandboxMetric`` from the daemon's ``/metrics`` body, or None if it has no time."""
+    ts = raw.get("ts")
+    if not isinstance(ts, int) or isinstance(ts, bool):
+        return None
+
+    def number(key: str) -> int | float:
+        value = raw.get(key, 0)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+    return {
+        "timestamp": rfc3339(datetime.fromtimestamp(ts, UTC)),
+        "timestampUnix": ts,
+        "cpuCount": int(number("cpu_count")),
+        "cpuUsedPct": float(number("cpu_used_pct")),
+        "memUsed": int(number("mem_used")),
+        "memTotal": int(number("mem_total")),
+        "memCache": int(number("mem_cache")),
+        "diskUsed": int(number("disk_used")),
+        "diskTotal": int(number("disk_total")),
+    }
+
+
 async def get_metrics(request: Request, state: GatewayState) -> Response:
-    """``GET /sandboxes/{id}/metrics``: no samples yet (the SDK accepts an empty list)."""
+    """``GET /sandboxes/{id}/metrics``: the daemon's current sample, or none.
+
+    A sandbox that is paused, starting or has no daemon (exec fallback) has no samples: ``[]``.
+    """
     tenant = authenticate(request, state)
     if isinstance(tenant, Response):
         return tenant
     sandbox_id = request.path_params["sandbox_id"]
-    if state.index.lookup(sandbox_id, namespace=tenant.namespace) is None:
+    record = state.index.lookup(sandbox_id, namespace=tenant.namespace)
+    if record is None:
         return sandbox_not_found(sandbox_id)
-    return JSONResponse([])
+    address = state.index.address(record, ENVD_PORT) if record.ready else None
+    if address is None or state.http is None:
+        return JSONResponse([])
+    raw = await daemon_metrics(
+        address,
+        access_token=state.tokens.envd_access_token(record.claim_uid),
+        client=state.http,
+    )
+    sample = metric_sample(raw) if raw is not None else None
+    return JSONResponse([sample] if sample is not None else [])
