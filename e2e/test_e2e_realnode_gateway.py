@@ -8,6 +8,11 @@ generated ClusterRole and reaches pods at their IPs (the node's bridge is the ho
 address override). The ``e2b`` SDK of the workspace, configured only with the gateway's URL and
 an API key, creates a sandbox, runs commands (as E2B's ``user`` in ``/home/user``: the
 container's, not the host's), writes, lists and reads files, and kills it.
+
+A second test deploys the kustomize component itself (``manifests/overlays/gateway``, the
+gateway image built like the controller's, the HMAC Secret created as the guide says) and runs
+the SDK through the gateway's Service: the Deployment as written must start non-root on a
+read-only root filesystem and serve with its generated RBAC.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,9 @@ from kube_agent_sandbox.gateway import rbacgen
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.images.gateway import gateway_image
 from kube_agent_sandbox.testing.images.sandbox import sandbox_image
+from kube_agent_sandbox.testing.node.cluster import normalize_image_reference
 from kube_agent_sandbox.testing.processes import wait_until
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 
@@ -105,18 +112,48 @@ def _status(url: str) -> int:
         return int(err.code)
 
 
+def _create_key(cluster: ClusterAccess, namespace: str) -> str:
+    created = subprocess.run(
+        [
+            str(BIN / "agent-sandbox-gateway"),
+            "keys",
+            "create",
+            f"--namespace={namespace}",
+            f"--kubeconfig={cluster.kubeconfig}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    (key,) = re.findall(r"\be2b_[0-9a-f]{40}\b", created.stdout)
+    return str(key)
+
+
 @pytest.fixture
-def gateway(
-    cluster: ClusterAccess,
-    namespace: str,
-    controller_runner: ControllerRunner,
-    real_node_environment: Any,
-    tmp_path: Path,
-) -> dict[str, str]:
-    """The sandbox image on the node, a warm ``base`` template, the gateway and a tenant key."""
+def base_template(cluster: ClusterAccess, namespace: str, real_node_environment: Any) -> str:
+    """The sandbox image on the node and a ``base`` template with one warm member; the key."""
     image = sandbox_image(REPO_ROOT)
     real_node_environment.node.import_image(image)
     cluster.apply([_template(image.reference), _pool()], namespace=namespace)
+    wait_for_object(
+        cluster.api_client(),
+        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, "base", namespace),
+        lambda o: (o.get("status") or {}).get("readyReplicas") == 1,
+        timeout=240,
+        what="a Ready warm member running sandboxd",
+    )
+    return _create_key(cluster, namespace)
+
+
+@pytest.fixture
+def gateway(
+    base_template: str,
+    namespace: str,
+    controller_runner: ControllerRunner,
+    tmp_path: Path,
+) -> dict[str, str]:
+    """``agent-sandbox-gateway serve`` on the host, as its generated ClusterRole."""
     role = yaml.safe_load(rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1])
     identity = controller_runner.identity(
         "agent-sandbox-gateway",
@@ -141,28 +178,7 @@ def gateway(
     )
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process)
-    created = subprocess.run(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "keys",
-            "create",
-            f"--namespace={namespace}",
-            f"--kubeconfig={cluster.kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    (key,) = re.findall(r"\be2b_[0-9a-f]{40}\b", created.stdout)
-    wait_for_object(
-        cluster.api_client(),
-        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, "base", namespace),
-        lambda o: (o.get("status") or {}).get("readyReplicas") == 1,
-        timeout=240,
-        what="a Ready warm member running sandboxd",
-    )
-    return {"url": url, "key": key}
+    return {"url": url, "key": base_template}
 
 
 def test_e2b_sdk_runs_commands_and_files_in_a_real_container(
@@ -215,3 +231,89 @@ def test_e2b_sdk_runs_commands_and_files_in_a_real_container(
     finally:
         assert sandbox.kill() is True
     assert sandbox.is_running() is False
+
+
+SYSTEM_NAMESPACE = "agent-sandbox-system"
+COMPONENT_OBJECTS = (
+    ("deployment", "agent-sandbox-gateway", SYSTEM_NAMESPACE),
+    ("service", "agent-sandbox-gateway", SYSTEM_NAMESPACE),
+    ("serviceaccount", "agent-sandbox-gateway", SYSTEM_NAMESPACE),
+    ("secret", "agent-sandbox-gateway-hmac", SYSTEM_NAMESPACE),
+    ("clusterrolebinding", "agent-sandbox-gateway", None),
+    ("clusterrole", "agent-sandbox-gateway", None),
+)
+
+
+def _component_image(cluster: ClusterAccess) -> str:
+    rendered = cluster.kubectl("kustomize", str(REPO_ROOT / "manifests/components/gateway"))
+    for document in yaml.safe_load_all(rendered.stdout):
+        if document and document.get("kind") == "Deployment":
+            return str(document["spec"]["template"]["spec"]["containers"][0]["image"])
+    raise AssertionError("the gateway component has no Deployment")
+
+
+@pytest.fixture
+def deployed_gateway(cluster: ClusterAccess, real_node_environment: Any) -> Iterator[str]:
+    """The kustomize component applied as the guide says (overlay + HMAC Secret); its URL."""
+    image = gateway_image(REPO_ROOT)
+    wanted = normalize_image_reference(_component_image(cluster))
+    real_node_environment.node.import_image(image, also_as=[wanted])
+    system = ("-n", SYSTEM_NAMESPACE)
+    try:
+        cluster.kubectl("apply", "-k", str(REPO_ROOT / "manifests/overlays/gateway"), timeout=120)
+        cluster.kubectl(
+            *system,
+            "create",
+            "secret",
+            "generic",
+            "agent-sandbox-gateway-hmac",
+            f"--from-literal=key={secrets.token_hex(32)}",
+        )
+        # One replica is enough here and keeps the shared node light.
+        cluster.kubectl(*system, "scale", "deployment/agent-sandbox-gateway", "--replicas=1")
+        rollout = cluster.kubectl(
+            *system,
+            "rollout",
+            "status",
+            "deployment/agent-sandbox-gateway",
+            "--timeout=180s",
+            timeout=200,
+            check=False,
+        )
+        if rollout.returncode != 0:
+            pods = cluster.kubectl(*system, "describe", "pods", "-l", "app=agent-sandbox-gateway")
+            logs = cluster.kubectl(
+                *system, "logs", "-l", "app=agent-sandbox-gateway", "--tail=50", check=False
+            )
+            pytest.fail(f"gateway rollout: {rollout.stderr}\n{pods.stdout[-3000:]}\n{logs.stdout}")
+        address = cluster.kubectl(
+            *system, "get", "service", "agent-sandbox-gateway", "-o", "jsonpath={.spec.clusterIP}"
+        ).stdout.strip()
+        url = f"http://{address}"
+        wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway Service")
+        yield url
+    finally:
+        for kind, name, namespace in COMPONENT_OBJECTS:
+            scope = ("-n", namespace) if namespace else ()
+            cluster.kubectl(*scope, "delete", kind, name, "--ignore-not-found", "--wait=false")
+
+
+def test_the_deployed_component_serves_e2b_clients(
+    deployed_gateway: str, base_template: str, record_property: Record
+) -> None:
+    """Non-root, read-only root filesystem, generated RBAC, reached through its Service."""
+    config = {
+        "api_url": deployed_gateway,
+        "sandbox_url": deployed_gateway,
+        "api_key": base_template,
+    }
+    started = time.monotonic()
+    sandbox = e2b.Sandbox.create(template="base", timeout=60, **config)
+    record_property("deployed_gateway_create_warm_seconds", round(time.monotonic() - started, 3))
+    try:
+        assert sandbox.commands.run("echo $((6 * 7)) $(whoami)").stdout == "42 user\n"
+        sandbox.files.write("/home/user/deployed.txt", "through the Service\n")
+        assert sandbox.files.read("/home/user/deployed.txt") == "through the Service\n"
+        assert sandbox.get_info().template_id == "base"
+    finally:
+        assert sandbox.kill() is True

@@ -20,7 +20,6 @@ import shutil
 import tarfile
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 from kube_agent_sandbox.testing.images.catalog import PATH_ENV, BuiltImage, assemble
@@ -31,6 +30,7 @@ from kube_agent_sandbox.testing.images.controller import (
     INSTALL_PREFIX,
     build_wheels,
     locked_requirements,
+    wheel_fingerprint,
 )
 from kube_agent_sandbox.testing.images.oci import ImageConfig, Layer, host_architecture, pack_layer
 from kube_agent_sandbox.testing.images.rootfs import base_layer
@@ -139,10 +139,7 @@ def sandbox_image(repo_root: Path) -> BuiltImage:
     with tempfile.TemporaryDirectory(prefix="sandbox-wheels-") as tmp:
         wheels = build_wheels(repo_root, Path(tmp), packages=SANDBOX_PACKAGES)
         requirements = locked_requirements(repo_root, packages=SANDBOX_PACKAGES)
-        digest = hashlib.sha256()
-        for wheel in wheels:
-            digest.update(wheel.name.encode())
-            digest.update(_wheel_members(wheel))
+        digest = hashlib.sha256(wheel_fingerprint(wheels).encode())
         digest.update(f"{requirements}\n{IMAGE_PLATFORM_TAG}\n{base.digest}\n".encode())
         digest.update(f"{USER_NAME}:{USER_ID}:{LAYER_FORMAT}".encode())
         dest = images_cache_dir() / f"sandbox-app-{digest.hexdigest()[:16]}.layer.tar"
@@ -176,13 +173,3 @@ def _prune_older(*, keep: set[Path]) -> None:
         for path in folder.glob(pattern):
             if path not in keep:
                 path.unlink(missing_ok=True)
-
-
-def _wheel_members(wheel: Path) -> bytes:
-    """The wheel's member names and bytes (zip timestamps change on every build)."""
-    digest = hashlib.sha256()
-    with zipfile.ZipFile(wheel) as archive:
-        for member in sorted(archive.namelist()):
-            digest.update(member.encode())
-            digest.update(archive.read(member))
-    return digest.digest()
