@@ -347,3 +347,23 @@ async def test_the_number_of_contexts_is_capped(tmp_path: Path) -> None:
         bash = await client.post("/execute", json={"code": "true", "language": "bash"})
         assert bash.status_code == 400
         assert _lines(await client.post("/execute", json={"code": "1"}))[-2]["text"] == "1"
+
+
+async def test_a_failing_runner_still_ends_the_stream_cleanly(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        yield {"type": "number_of_executions", "execution_count": 1}
+        raise RuntimeError("bug")
+
+    app_state = client._transport.app.state.interpreter  # type: ignore[attr-defined]
+    context = await app_state.registry.default()
+    monkeypatch.setattr(context.runner, "execute", broken)
+    lines = _lines(await client.post("/execute", json={"code": "1"}))
+    assert lines[1] == {
+        "type": "error",
+        "name": "InternalError",
+        "value": "RuntimeError: bug",
+        "traceback": "",
+    }
+    assert lines[-1] == {"type": "end_of_execution"}

@@ -163,6 +163,12 @@ class NdjsonStream:
                         _body(events.ndjson_line(events.error_event("ContextError", str(exc))))
                     )
                     break
+                except Exception as exc:
+                    # A bug here must still end the stream cleanly, with a line that says so.
+                    logger.exception("execution stream failed")
+                    line = events.error_event("InternalError", f"{type(exc).__name__}: {exc}")
+                    await send(_body(events.ndjson_line(line)))
+                    break
                 finally:
                     if not step.done():
                         step.cancel()
