@@ -133,6 +133,7 @@ async def test_execute_time_limit_from_the_body(client: httpx.AsyncClient) -> No
     [
         (b"{not json", 400, "not valid JSON"),
         (b"\xff\xfe", 400, "not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "not valid JSON"),
         (b"[1]", 400, "JSON object"),
         (b"", 400, "JSON object"),
         (b"{}", 400, "'code' must be a string"),

@@ -61,7 +61,7 @@ async def _json_body(request: Request, options: InterpreterOptions) -> Any:
         return None
     try:
         return json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadRequestError(f"body is not valid JSON: {exc}") from exc
 
 
