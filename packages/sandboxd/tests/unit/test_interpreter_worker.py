@@ -85,6 +85,13 @@ async def test_exceptions_and_system_exit_keep_the_worker(python: PythonWorker) 
     assert exit_error["name"] == "SystemExit"
     (syntax,) = _errors(await _run(python, "1 +"))
     assert syntax["name"] == "SyntaxError"
+    for source, name in (
+        ("(" * 100_000 + ")" * 100_000, "SyntaxError"),
+        ("x" + ".a" * 100_000, "RecursionError"),
+        ("-" * 100_000 + "1", "MemoryError"),
+    ):
+        (nested,) = _errors(await _run(python, source))
+        assert nested["name"] == name
     (null_byte,) = _errors(await _run(python, "x = '\x00'"))
     assert null_byte["name"] in {"SyntaxError", "ValueError"}
     assert python.pid == pid

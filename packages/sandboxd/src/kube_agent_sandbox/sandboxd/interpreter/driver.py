@@ -307,7 +307,7 @@ class Driver:
             tail = None
             if last is not None:
                 tail = compile(last, filename, "eval", flags=flags, dont_inherit=True)
-        except (SyntaxError, ValueError, OverflowError) as exc:
+        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
             self.report(exc)
             return
         try:
