@@ -81,6 +81,9 @@ async def test_exceptions_and_system_exit_keep_the_worker(python: PythonWorker) 
     assert error["name"] == "KeyError"
     assert error["value"] == "'k'"
     assert 'File "<cell-1>", line 1' in error["traceback"]
+    broken = "class Odd(Exception):\n    def __str__(self):\n        raise ValueError\nraise Odd()"
+    (odd,) = _errors(await _run(python, broken))
+    assert odd == {**odd, "name": "Odd", "value": "<Odd: str() failed>"}
     (exit_error,) = _errors(await _run(python, "import sys\nsys.exit(3)"))
     assert exit_error["name"] == "SystemExit"
     (syntax,) = _errors(await _run(python, "1 +"))

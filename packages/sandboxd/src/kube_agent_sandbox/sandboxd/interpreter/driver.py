@@ -354,10 +354,17 @@ class Driver:
             {
                 "t": "error",
                 "name": type(exc).__name__,
-                "value": str(exc),
+                "value": _safe_str(exc),
                 "traceback": "".join(lines),
             }
         )
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: str() failed>"
 
 
 def _flush_std() -> None:
