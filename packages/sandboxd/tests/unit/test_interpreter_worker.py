@@ -84,6 +84,9 @@ async def test_exceptions_and_system_exit_keep_the_worker(python: PythonWorker) 
     broken = "class Odd(Exception):\n    def __str__(self):\n        raise ValueError\nraise Odd()"
     (odd,) = _errors(await _run(python, broken))
     assert odd == {**odd, "name": "Odd", "value": "<Odd: str() failed>"}
+    replaced = await _run(python, "import sys\nsaved = sys.stdout\nsys.stdout = None\n8")
+    assert replaced[-1]["text"] == "8"
+    await _run(python, "sys.stdout = saved")
     (exit_error,) = _errors(await _run(python, "import sys\nsys.exit(3)"))
     assert exit_error["name"] == "SystemExit"
     (syntax,) = _errors(await _run(python, "1 +"))

@@ -371,7 +371,7 @@ def _flush_std() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except Exception:
             continue
 
 
