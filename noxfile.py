@@ -26,6 +26,7 @@ nox.options.sessions = [
     "build",
     "integration",
     "faults",
+    "gateway-acceptance",
     "conformance",
     "bench-quick",
     "e2e",
@@ -143,6 +144,19 @@ def faults(session: nox.Session) -> None:
     _pytest_exit_ok(session, RESTART_TEST)
 
 
+@nox.session(name="gateway-acceptance")
+def gateway_acceptance(session: nox.Session) -> None:
+    """The real E2B clients against the gateway on the local cluster (issue 14).
+
+    Runs the scenario with the workspace's newest ``e2b`` and with ``e2b`` 2.45.1 (installed
+    once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index).
+    ``GATEWAY_ACCEPTANCE_RESULTS=<dir>`` keeps each run's steps and timings as JSON.
+    """
+    _sync(session)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    _pytest_exit_ok(session, "-p", "no:randomly", "packages/gateway/tests/acceptance")
+
+
 @nox.session
 def e2e(session: nox.Session) -> None:
     """End-to-end tests: controller deployed in the cluster, driven through kubectl and the API."""
@@ -211,6 +225,7 @@ def generate(session: nox.Session) -> None:
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen")
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen")
     _uv_run(session, "python", "scripts/unasync_sdk.py")
 
 
@@ -220,6 +235,7 @@ def check_generated(session: nox.Session) -> None:
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen", "--check")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen", "--check")
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen", "--check")
     _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
 
 

@@ -77,6 +77,8 @@ ADDED_FLAGS: list[tuple[str, str, Any]] = [
     ("leader-elect-renew-deadline", "leader_elect_renew_deadline", 10.0),
     ("leader-elect-retry-period", "leader_elect_retry_period", 2.0),
     ("sync-period", "sync_period", 36000.0),
+    # Idle shutdown (docs/guides/idle-shutdown.md), opt-in.
+    ("idle-shutdown", "idle_shutdown", False),
 ]
 ZAP_FLAGS = [
     "zap-devel",

@@ -23,3 +23,15 @@ def test_installing_it_registers_the_three_controllers() -> None:
         "sandboxtemplate",
         "sandboxwarmpool",
     ]
+
+
+def test_idle_shutdown_adds_the_idle_controller() -> None:
+    manager = Manager(FakeApi(), metrics_bind_address="0", health_bind_address="0")
+    options = ControllerOptions(extensions=True, idle_shutdown=True)
+    install_plugin(extensions_plugin.plugin, manager, options)
+    assert "sandboxidle" in [c.name for c in manager.controllers]
+
+
+def test_the_idle_rules_are_part_of_the_extensions_role() -> None:
+    rules = {(r.api_groups, r.resources) for r in extensions_plugin.RBAC_RULES}
+    assert (("coordination.k8s.io",), ("leases",)) in rules

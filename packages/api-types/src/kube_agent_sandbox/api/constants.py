@@ -107,6 +107,9 @@ ON_IDLE_SUSPEND: Final = "Suspend"
 ON_IDLE_DELETE: Final = "Delete"
 SUSPENDED_BY_IDLE: Final = "idle"
 SUSPENDED_BY_TIMEOUT: Final = "timeout"
+# Heartbeat Leases carry this label (value "true"), so the idle reconciler caches only them and
+# not every node or leader-election Lease of the cluster.
+LABEL_HEARTBEAT: Final = f"{PROJECT_PREFIX}/heartbeat"
 
 # --- Condition types and reasons --------------------------------------------------------------
 CONDITION_READY: Final = "Ready"

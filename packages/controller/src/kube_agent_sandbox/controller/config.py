@@ -78,6 +78,12 @@ class ControllerOptions:
 
     version: bool = _flag("version", False, "Print version information and exit.")
     extensions: bool = _flag("extensions", False, "Enable extensions controllers.")
+    idle_shutdown: bool = _flag(
+        "idle-shutdown",
+        False,
+        "With --extensions: suspend (or delete) Sandboxes whose kube-agent-sandbox.io/idle-timeout "
+        "ran out without activity on their heartbeat Lease.",
+    )
     leader_elect: bool = _flag(
         "leader-elect",
         True,
@@ -282,6 +288,8 @@ class ControllerOptions:
     """Arguments after the flags (upstream ignores them)."""
     explicit: frozenset[str] = frozenset()
     """Names of the flags given on the command line."""
+    idle_min_timeout: float = 60.0
+    """Shortest idle timeout accepted, in seconds (not a flag: tests lower it)."""
     allowed_label_domains: tuple[str, ...] = ()
     """Label domains claims may set on sandbox pods (read from the optional ConfigMap file
     :data:`ALLOWED_LABEL_DOMAINS_FILE` at startup with ``--extensions``; not a flag)."""

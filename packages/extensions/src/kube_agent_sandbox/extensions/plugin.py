@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 from kube_agent_sandbox.controller.plugins import ControllerPlugin
 from kube_agent_sandbox.controller.rbac import PolicyRule
 from kube_agent_sandbox.extensions.claim import setup as claim_setup
+from kube_agent_sandbox.extensions.idle import setup as idle_setup
 from kube_agent_sandbox.extensions.template import setup as template_setup
 from kube_agent_sandbox.extensions.warmpool import setup as warmpool_setup
 
@@ -31,23 +32,28 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     *template_setup.RBAC_RULES,
     *warmpool_setup.RBAC_RULES,
     *claim_setup.RBAC_RULES,
+    *idle_setup.RBAC_RULES,
 )
-"""Permissions of the three extension controllers (normalized and merged by ``rbacgen``)."""
+"""Permissions of the extension controllers (normalized and merged by ``rbacgen``); the idle
+reconciler's are included even though it runs only with ``--idle-shutdown``."""
 
 
 def setup(manager: Manager, options: ControllerOptions) -> None:
-    """Register the template, warm pool and claim controllers on ``manager``.
+    """Register the template, warm pool and claim controllers (and the idle one) on ``manager``.
 
     The warm pool controller goes before the claim controller: both index the shared pool
     cache, and the pool's own watches should be in place when claims start adopting.
 
     Args:
         manager: The controller process's Manager.
-        options: Parsed flags (workers, warm pool and claim flags, allowed label domains).
+        options: Parsed flags (workers, warm pool and claim flags, allowed label domains,
+            ``--idle-shutdown``).
     """
     template_setup.setup(manager, options)
     warmpool_setup.setup(manager, options)
     claim_setup.setup(manager, options)
+    if options.idle_shutdown:
+        idle_setup.setup(manager, options)
 
 
 plugin: Final = ControllerPlugin(name=PLUGIN_NAME, setup=setup, rbac_rules=RBAC_RULES)

@@ -74,3 +74,5 @@ SANDBOX_WARM_POOLS: Final = Resource(
     api.EXTENSIONS_GROUP, api.V1BETA1, "sandboxwarmpools", api.KIND_SANDBOX_WARM_POOL
 )
 PODS: Final = Resource("", "v1", "pods", "Pod")
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+"""Heartbeat Leases of idle-managed Sandboxes (see :meth:`AsyncSandboxClient.keepalive`)."""

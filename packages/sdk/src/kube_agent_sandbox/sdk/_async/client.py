@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import builtins
 import datetime
+import getpass
 import logging
 import queue
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -25,12 +27,15 @@ from typing import Any, BinaryIO
 from httpx_ws import AsyncWebSocketSession
 from wsproto.events import BytesMessage, CloseConnection
 
+from kube_agent_sandbox.api import constants as api_constants
+from kube_agent_sandbox.api import heartbeat
 from kube_agent_sandbox.sdk import builders, execproto, metrics, readiness
 from kube_agent_sandbox.sdk._async import _backend
 from kube_agent_sandbox.sdk._async.api import AsyncKubeApi, WatchExpiredError
 from kube_agent_sandbox.sdk.config import ClusterConfig
-from kube_agent_sandbox.sdk.constants import PODS, SANDBOX_CLAIMS, SANDBOXES, Resource
+from kube_agent_sandbox.sdk.constants import LEASES, PODS, SANDBOX_CLAIMS, SANDBOXES, Resource
 from kube_agent_sandbox.sdk.errors import (
+    ConflictError,
     ExecFailedError,
     ExecTimeoutError,
     NotFoundError,
@@ -155,6 +160,13 @@ class AsyncSandbox:
         return await self.client.resume(
             self.name, namespace=self.namespace, wait=wait, timeout=timeout
         )
+
+    async def keepalive(self, *, holder: str | None = None) -> Obj | None:
+        """Count as activity now: renew its idle-shutdown heartbeat Lease.
+
+        See :meth:`AsyncSandboxClient.keepalive`.
+        """
+        return await self.client.keepalive(self.name, namespace=self.namespace, holder=holder)
 
     async def terminate(self, *, wait: bool = False, timeout: float = 60.0) -> None:
         """Delete the claim it came from (the controller removes the rest), else the Sandbox.
@@ -661,6 +673,58 @@ class AsyncSandboxClient:
         finally:
             metrics.observe(histogram, started=started, ended=time.monotonic(), success=success)
 
+    async def keepalive(
+        self, name: str, *, namespace: str | None = None, holder: str | None = None
+    ) -> Obj | None:
+        """Count as activity now: renew the Sandbox's idle-shutdown heartbeat Lease.
+
+        A Sandbox with ``kube-agent-sandbox.io/idle-timeout`` is suspended (or deleted) by the
+        idle reconciler once its heartbeat Lease (same name) is older than the timeout; the
+        gateway renews it on traffic, and a client working without traffic (a long local
+        computation between two calls) calls this. One merge patch of ``spec.renewTime``
+        normally; the Lease is created (owned by the Sandbox) when missing. A Sandbox without
+        an idle timeout has nothing to renew: nothing is written and None is returned.
+
+        Needs ``get`` on sandboxes and ``get``/``create``/``patch`` on
+        ``coordination.k8s.io`` leases in the namespace.
+
+        Args:
+            name: The Sandbox.
+            namespace: Its namespace (the client's default when None).
+            holder: ``spec.holderIdentity`` (default ``sdk:<user>@<host>``).
+
+        Returns:
+            The Lease as written, or None when the Sandbox has no idle timeout.
+
+        Raises:
+            NotFoundError: No such Sandbox.
+        """
+        ns = self._ns(namespace)
+        who = holder or _default_holder()
+        now = datetime.datetime.now(datetime.UTC)
+        patch = {
+            "metadata": {"labels": {api_constants.LABEL_HEARTBEAT: "true"}},
+            "spec": {"holderIdentity": who, "renewTime": heartbeat.format_micro_time(now)},
+        }
+        for _ in range(2):
+            try:
+                return await self._patch(LEASES, name, patch, namespace=ns)
+            except NotFoundError:
+                pass
+            sandbox = await self.get(name, namespace=ns)
+            annotations = (sandbox.get("metadata") or {}).get("annotations") or {}
+            idle = heartbeat.duration_seconds(
+                annotations.get(api_constants.ANNOTATION_IDLE_TIMEOUT)
+            )
+            if idle is None:
+                return None
+            body = heartbeat.lease_body(sandbox, holder=who, duration_seconds=round(idle), now=now)
+            try:
+                return await self._request("POST", LEASES, ns, verb="create", body=body)
+            except ConflictError:
+                continue  # created meanwhile by another writer: renew it
+        raise SandboxError(f"heartbeat Lease {ns}/{name} could not be renewed")
+
     async def set_shutdown_time(
         self,
         name: str,
@@ -1114,6 +1178,14 @@ class AsyncSandboxClient:
             resource_path(PODS, ns, pod, "log"), resource="pods/log", params=params
         ):
             yield line
+
+
+def _default_holder() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"sdk:{user}@{socket.gethostname()}"
 
 
 def _check_file_result(result: ExecResult, path: str) -> None:

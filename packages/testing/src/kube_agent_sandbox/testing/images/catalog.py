@@ -2,7 +2,9 @@
 
 - the pod sandbox image (``pause``), which containerd's CRI plugin starts in every pod;
 - a Python image: Debian with ``python3``, what test and demo sandboxes run;
-- the controller image: the Python image plus the project's wheels (see ``controller_image``).
+- the controller image: the Python image plus the project's wheels (see ``controller_image``);
+- the sandbox image: the Python image plus ``sandboxd`` and the code interpreter, what the
+  E2B gateway's real-node tests run (see ``images.sandbox.sandbox_image``).
 
 Each archive's name and tag derive from the hash of everything that went into it, so a changed
 input gives a new tag and a stale image is never reused by mistake.

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kube_agent_sandbox.testing.images.catalog import PATH_ENV, BuiltImage, assemble
@@ -53,7 +53,7 @@ def _uv() -> str:
     return uv
 
 
-def _wheel_fingerprint(wheels: Sequence[Path]) -> str:
+def wheel_fingerprint(wheels: Sequence[Path]) -> str:
     """Hash of the wheels' contents (names and bytes of members, not zip timestamps)."""
     digest = hashlib.sha256()
     for wheel in sorted(wheels, key=lambda p: p.name):
@@ -65,12 +65,15 @@ def _wheel_fingerprint(wheels: Sequence[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_wheels(repo_root: Path, dest: Path) -> list[Path]:
+def build_wheels(
+    repo_root: Path, dest: Path, *, packages: Sequence[str] = IMAGE_PACKAGES
+) -> list[Path]:
     """Build the wheels of the packages that go into the image.
 
     Args:
         repo_root: The repository (uv workspace) root.
         dest: Folder for the wheels.
+        packages: Workspace packages (folder names under ``packages/``).
 
     Returns:
         The wheel files.
@@ -78,7 +81,7 @@ def build_wheels(repo_root: Path, dest: Path) -> list[Path]:
     Raises:
         ImageBuildError: If a build fails.
     """
-    for package in IMAGE_PACKAGES:
+    for package in packages:
         run(
             [_uv(), "build", "--quiet", "--wheel", "--out-dir", str(dest), f"packages/{package}"],
             what=f"uv build {package}",
@@ -86,21 +89,22 @@ def build_wheels(repo_root: Path, dest: Path) -> list[Path]:
             timeout=600,
         )
     wheels = sorted(dest.glob("*.whl"))
-    if len(wheels) != len(IMAGE_PACKAGES):
-        raise ImageBuildError(f"expected {len(IMAGE_PACKAGES)} wheels, found {wheels}")
+    if len(wheels) != len(packages):
+        raise ImageBuildError(f"expected {len(packages)} wheels, found {wheels}")
     return wheels
 
 
-def locked_requirements(repo_root: Path) -> str:
+def locked_requirements(repo_root: Path, *, packages: Sequence[str] = IMAGE_PACKAGES) -> str:
     """The third-party requirements of the image's packages, pinned by ``uv.lock``.
 
     Args:
         repo_root: The repository (uv workspace) root.
+        packages: Workspace packages whose requirements are exported.
 
     Returns:
         requirements.txt text (no workspace packages, no dev tools).
     """
-    packages = [f"--package=kube-agent-sandbox-{p}" for p in IMAGE_PACKAGES]
+    selected = [f"--package=kube-agent-sandbox-{p}" for p in packages]
     return run(
         [
             _uv(),
@@ -109,14 +113,32 @@ def locked_requirements(repo_root: Path) -> str:
             "--no-dev",
             "--no-emit-workspace",
             "--no-header",
-            *packages,
+            *selected,
         ],
         what="uv export",
         cwd=repo_root,
     )
 
 
-def _app_layer(wheels: Sequence[Path], requirements: str, dest: Path) -> Layer:
+def app_layer(
+    wheels: Sequence[Path],
+    requirements: str,
+    dest: Path,
+    *,
+    scripts: Mapping[str, str] | None = None,
+) -> Layer:
+    """Install wheels and pinned requirements into ``/opt/agent-sandbox`` as one layer.
+
+    Args:
+        wheels: The workspace wheels.
+        requirements: Pinned third-party requirements (``locked_requirements``).
+        dest: Layer tar to write.
+        scripts: Entry scripts for ``/opt/agent-sandbox/bin`` (name -> text); the
+            controller's by default.
+
+    Returns:
+        The layer.
+    """
     architecture = {"amd64": "x86_64", "arm64": "aarch64"}[host_architecture()]
     with tempfile.TemporaryDirectory(prefix="controller-layer-", dir=images_cache_dir()) as tmp:
         root = Path(tmp) / "root"
@@ -156,9 +178,10 @@ def _app_layer(wheels: Sequence[Path], requirements: str, dest: Path) -> Layer:
         (dist_packages / "agent-sandbox.pth").write_text(f"{INSTALL_PREFIX}/site-packages\n")
         bin_dir = root / INSTALL_PREFIX.lstrip("/") / "bin"
         bin_dir.mkdir(parents=True)
-        script = bin_dir / "agent-sandbox-controller"
-        script.write_text(ENTRYPOINT_SCRIPT)
-        script.chmod(0o755)
+        for name, text in (scripts or {"agent-sandbox-controller": ENTRYPOINT_SCRIPT}).items():
+            script = bin_dir / name
+            script.write_text(text)
+            script.chmod(0o755)
         return pack_layer(root, dest, empty_dirs=())
 
 
@@ -181,13 +204,13 @@ def controller_image(repo_root: Path) -> BuiltImage:
         wheels = build_wheels(repo_root, Path(tmp))
         requirements = locked_requirements(repo_root)
         key = hashlib.sha256(
-            f"{_wheel_fingerprint(wheels)}\n{requirements}\n{IMAGE_PLATFORM_TAG}".encode()
+            f"{wheel_fingerprint(wheels)}\n{requirements}\n{IMAGE_PLATFORM_TAG}".encode()
         ).hexdigest()[:16]
         dest = images_cache_dir() / f"controller-app-{key}.layer.tar"
         app = Layer.from_cache(dest)
         if app is None:
             _log.info("installing the controller and its dependencies into an image layer")
-            app = _app_layer(wheels, requirements, dest)
+            app = app_layer(wheels, requirements, dest)
     image = assemble(
         "controller",
         layers=[base, app],

@@ -1,0 +1,195 @@
+"""The gateway's exec fallback in a real container: an image without any envd daemon.
+
+kwok runs no containers, so only the real node shows ``pods/exec`` end to end. The sandbox
+runs the plain Python image (``sleep infinity``, no ``sandboxd``); its template marks the pods
+``kube-agent-sandbox.io/envd: exec``, so the gateway serves the envd calls of the unmodified
+``e2b`` SDK over the Kubernetes exec API (WebSocket ``v5.channel.k8s.io`` through the
+apiserver). The gateway runs on the host as a ServiceAccount bound only to its generated
+ClusterRole, which must therefore allow ``pods/exec``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import e2b
+import pytest
+import yaml
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.gateway import rbacgen
+from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.cluster import free_port
+from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.processes import wait_until
+from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
+
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+
+_log = logging.getLogger(__name__)
+BIN = Path(sys.executable).parent
+TEMPLATE = "plain"
+MIB = 1024 * 1024
+Record = Callable[[str, object], None]
+
+
+def _template(image: str) -> dict[str, Any]:
+    container = {
+        "name": "sandbox",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sleep", "infinity"],
+    }
+    return {
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_TEMPLATE,
+        "metadata": {"name": TEMPLATE},
+        "spec": {
+            "podTemplate": {
+                "metadata": {"annotations": {f"{c.PROJECT_PREFIX}/envd": "exec"}},
+                "spec": {"containers": [container], "terminationGracePeriodSeconds": 1},
+            }
+        },
+    }
+
+
+def _pool() -> dict[str, Any]:
+    return {
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_WARM_POOL,
+        "metadata": {"name": TEMPLATE},
+        "spec": {"replicas": 1, "sandboxTemplateRef": {"name": TEMPLATE}},
+    }
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+@pytest.fixture
+def gateway(
+    cluster: ClusterAccess,
+    namespace: str,
+    controller_runner: ControllerRunner,
+    python_image: str,
+    tmp_path: Path,
+) -> dict[str, str]:
+    """A warm template without a daemon, the gateway (its generated RBAC) and a tenant key."""
+    cluster.apply([_template(python_image), _pool()], namespace=namespace)
+    role = yaml.safe_load(rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1])
+    identity = controller_runner.identity(
+        "agent-sandbox-gateway",
+        namespace=namespace,
+        cluster_roles=[rbacgen.GATEWAY_ROLE],
+        rbac=[role],
+    )
+    secret_file = tmp_path / "hmac-key"
+    secret_file.write_text(secrets.token_hex(32))
+    port = free_port()
+    process = controller_runner.start_command(
+        [
+            str(BIN / "agent-sandbox-gateway"),
+            "serve",
+            f"--listen=127.0.0.1:{port}",
+            "--kubeconfig={kubeconfig}",
+            f"--namespace={namespace}",
+            f"--hmac-secret-file={secret_file}",
+        ],
+        identity=identity,
+        name="gateway",
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process)
+    created = subprocess.run(
+        [
+            str(BIN / "agent-sandbox-gateway"),
+            "keys",
+            "create",
+            f"--namespace={namespace}",
+            f"--kubeconfig={cluster.kubeconfig}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    (key,) = re.findall(r"\be2b_[0-9a-f]{40}\b", created.stdout)
+    wait_for_object(
+        cluster.api_client(),
+        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, TEMPLATE, namespace),
+        lambda o: (o.get("status") or {}).get("readyReplicas") == 1,
+        timeout=240,
+        what="a Ready warm member",
+    )
+    return {"url": url, "key": key}
+
+
+def test_e2b_sdk_commands_and_files_over_pods_exec(
+    gateway: dict[str, str], record_property: Record
+) -> None:
+    config = {"api_url": gateway["url"], "sandbox_url": gateway["url"], "api_key": gateway["key"]}
+    sandbox = e2b.Sandbox.create(template=TEMPLATE, timeout=120, **config)
+    try:
+        result = sandbox.commands.run("echo hi; echo err >&2; whoami; cat /etc/hostname")
+        out = result.stdout.split()
+        assert out[:2] == ["hi", "root"]  # the container's user: exec has no setuid
+        assert result.stderr == "err\n"
+        with pytest.raises(e2b.CommandExitException) as failed:
+            sandbox.commands.run("echo oops >&2; exit 4")
+        assert (failed.value.exit_code, failed.value.stderr) == (4, "oops\n")
+        samples = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            sandbox.commands.run("true")
+            samples.append(time.monotonic() - t0)
+        record_property("exec_fallback_command_round_trip_min_seconds", round(min(samples), 4))
+
+        sandbox.files.write("/tmp/notes/a.txt", "written over pods/exec\n")
+        assert sandbox.commands.run("cat /tmp/notes/a.txt").stdout == "written over pods/exec\n"
+        assert [e.name for e in sandbox.files.list("/tmp/notes")] == ["a.txt"]
+        assert sandbox.files.exists("/tmp/notes/a.txt") is True
+        assert sandbox.files.exists("/tmp/nope") is False
+        # Reading what a command wrote, then writing and checking with a command: each
+        # direction on its own.
+        made = sandbox.commands.run(
+            "head -c 1048576 /dev/urandom > /tmp/r.bin; sha256sum /tmp/r.bin"
+        )
+        read_back = bytes(sandbox.files.read("/tmp/r.bin", format="bytes"))
+        assert len(read_back) == MIB
+        assert hashlib.sha256(read_back).hexdigest() == made.stdout.split()[0]
+        payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
+        t0 = time.monotonic()
+        sandbox.files.write("/tmp/blob.bin", payload)
+        write_seconds = time.monotonic() - t0
+        check = sandbox.commands.run("wc -c < /tmp/blob.bin; sha256sum /tmp/blob.bin")
+        size, digest = check.stdout.split()[:2]
+        assert (int(size), digest) == (MIB, hashlib.sha256(payload).hexdigest())
+        t0 = time.monotonic()
+        assert bytes(sandbox.files.read("/tmp/blob.bin", format="bytes")) == payload
+        read_seconds = time.monotonic() - t0
+        record_property("exec_fallback_file_write_mib_per_second", round(1 / write_seconds, 2))
+        record_property("exec_fallback_file_read_mib_per_second", round(1 / read_seconds, 2))
+        assert sandbox.is_running() is True
+        _log.warning(
+            "exec fallback on the real node: command min %.0f ms, 1 MiB write %.2fs read %.2fs",
+            min(samples) * 1000,
+            write_seconds,
+            read_seconds,
+        )
+    finally:
+        assert sandbox.kill() is True

@@ -1,0 +1,161 @@
+"""The gateway's ASGI application: one port for the control plane and the data plane.
+
+A request addressed to a sandbox goes to the data plane: it carries an ``E2b-Sandbox-Id``
+header (``E2B_SANDBOX_URL`` set, the SDK's default against a plain URL), or its Host is
+``<port>-<id>.<domain>`` (the hostname form). Everything else is the E2B control plane
+(``controlplane``). The lifespan starts and stops :class:`GatewayState`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
+from kube_agent_sandbox.gateway.errors import e2b_error
+from kube_agent_sandbox.gateway.state import HEARTBEAT_PATH, GatewayState
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_ID_HEADER: Final = b"e2b-sandbox-id"
+_HOST_LABEL: Final = re.compile(r"^(?P<port>[0-9]{1,5})-(?P<id>[a-z0-9]{1,63})$")
+
+
+@dataclass(frozen=True, slots=True)
+class HostTarget:
+    """A sandbox addressed by hostname: ``<port>-<id>.<domain>``."""
+
+    port: int
+    sandbox_id: str
+
+
+def parse_host(host: str, domain: str | None) -> HostTarget | None:
+    """The sandbox a Host header addresses, or None for the control plane.
+
+    With a configured ``domain`` the host must be ``<port>-<id>.<domain>``; without one, any
+    host whose first label is ``<port>-<id>`` (E2B's proxy splits the same way).
+    """
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.lower().rstrip(".")
+    first, dot, rest = name.partition(".")
+    if not dot:
+        return None
+    if domain is not None and rest != domain.lower().rstrip("."):
+        return None
+    match = _HOST_LABEL.fullmatch(first)
+    if match is None:
+        return None
+    port = int(match["port"])
+    if not 0 < port < 65536:
+        return None
+    return HostTarget(port=port, sandbox_id=match["id"])
+
+
+def is_data_plane(scope: Scope, domain: str | None) -> bool:
+    """Whether an HTTP/WebSocket request is addressed to a sandbox.
+
+    The daemons' heartbeat (``POST /_gateway/heartbeat`` with ``E2b-Sandbox-Id``) is the one
+    header-addressed path the gateway serves itself.
+    """
+    host = ""
+    by_header = False
+    for key, value in scope.get("headers") or ():
+        if key == SANDBOX_ID_HEADER:
+            by_header = True
+        elif key == b"host":
+            host = value.decode("latin-1")
+    if host and parse_host(host, domain) is not None:
+        return True
+    return by_header and scope.get("path") != HEARTBEAT_PATH
+
+
+async def _no_data_plane(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    response = e2b_error(502, "the gateway's data plane is not available")
+    await response(scope, receive, send)
+
+
+def data_plane_app(state: GatewayState) -> ASGIApp:
+    """The data-plane ASGI app (``dataplane.router.DataPlane``), or a 502 stand-in."""
+    try:
+        router = importlib.import_module("kube_agent_sandbox.gateway.dataplane.router")
+    except ImportError as exc:
+        logger.warning("data plane not available: %s", exc)
+        return _no_data_plane
+    app: ASGIApp = router.DataPlane(state)
+    return app
+
+
+class DataPlaneDispatch:
+    """ASGI middleware: sandbox-addressed requests go to the data plane, others on.
+
+    Args:
+        app: the control plane.
+        state: the gateway state (its options name the domain; the data plane uses it).
+    """
+
+    def __init__(self, app: ASGIApp, *, state: GatewayState) -> None:
+        self.app = app
+        self.state = state
+        self.domain = state.options.domain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Dispatch one request."""
+        if scope["type"] in ("http", "websocket") and is_data_plane(scope, self.domain):
+            await data_plane_of(self.state)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def data_plane_of(state: GatewayState) -> ASGIApp:
+    """The data-plane app of ``state``, built on first use (after the state started)."""
+    app = getattr(state, "data_plane", None)
+    if app is None:
+        app = data_plane_app(state)
+        state.data_plane = app
+    return app
+
+
+def build_app(state: GatewayState) -> Starlette:
+    """The gateway ASGI app over ``state`` (started and stopped by the app's lifespan)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await state.start()
+        try:
+            yield
+        finally:
+            data_plane = state.data_plane
+            state.data_plane = None
+            close = getattr(data_plane, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    logger.exception("closing the data plane failed")
+            await state.stop()
+
+    async def internal_error(_request: Request, exc: Exception) -> Response:
+        logger.error("control-plane request failed: %r", exc)
+        return e2b_error(500, "internal gateway error", should_retry=False)
+
+    app = Starlette(
+        routes=control_plane_routes(state),
+        exception_handlers={Exception: internal_error},
+        middleware=[Middleware(DataPlaneDispatch, state=state)],
+        lifespan=lifespan,
+    )
+    app.state.gateway = state
+    return app

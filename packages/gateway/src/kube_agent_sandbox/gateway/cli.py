@@ -1,0 +1,176 @@
+"""The ``agent-sandbox-gateway`` command: ``serve`` the gateway, manage API ``keys``.
+
+``serve`` runs the ASGI app under uvicorn with the flags of :class:`GatewayOptions`.
+``keys create|list|revoke --namespace NS`` manages a tenant's API keys: a new key is written
+to standard output once (only its SHA-256 is stored) and never logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, load_config
+from kube_agent_sandbox.gateway import tenants
+from kube_agent_sandbox.gateway.config import (
+    DEFAULT_CREATE_TIMEOUT_SECONDS,
+    DEFAULT_LISTEN,
+    DEFAULT_SANDBOX_TIMEOUT_SECONDS,
+    GatewayOptions,
+    parse_listen,
+    parse_port_map,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _listen(text: str) -> str:
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _port_map(text: str) -> dict[int, int]:
+    try:
+        return parse_port_map(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (``serve`` and ``keys``)."""
+    parser = argparse.ArgumentParser(
+        prog="agent-sandbox-gateway", description="E2B-compatible gateway for Agent Sandbox"
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the E2B control plane and data plane")
+    serve.add_argument("--listen", type=_listen, default=DEFAULT_LISTEN, help="host:port")
+    serve.add_argument("--kubeconfig", default=None)
+    serve.add_argument("--namespace", default=None, help="serve only this tenant namespace")
+    serve.add_argument("--domain", default=None, help="wildcard domain of <port>-<id>.<domain>")
+    serve.add_argument("--public-url", default=None, help="URL sandboxes reach the gateway at")
+    serve.add_argument("--hmac-secret-file", default=None, help="file with the token secret")
+    serve.add_argument(
+        "--create-timeout", type=_positive, default=DEFAULT_CREATE_TIMEOUT_SECONDS, metavar="S"
+    )
+    serve.add_argument(
+        "--default-timeout", type=int, default=DEFAULT_SANDBOX_TIMEOUT_SECONDS, metavar="S"
+    )
+    serve.add_argument("--init-timeout", type=_positive, default=5.0, metavar="S")
+    serve.add_argument("--kube-api-qps", type=float, default=50.0)
+    serve.add_argument("--kube-api-burst", type=int, default=100)
+    serve.add_argument("--pod-address-override", default=None, help="testing only")
+    serve.add_argument(
+        "--pod-port-map", type=_port_map, default={}, help="testing only: 49983=PORT,..."
+    )
+
+    keys = sub.add_parser("keys", help="manage a tenant's API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    for name, text in (
+        ("create", "create a key (printed once)"),
+        ("list", "list key ids"),
+        ("revoke", "revoke a key"),
+    ):
+        cmd = keys_sub.add_parser(name, help=text)
+        cmd.add_argument("--namespace", required=True, help="the tenant namespace")
+        cmd.add_argument("--kubeconfig", default=None)
+        if name == "create":
+            cmd.add_argument("--name", default="", help="a human-readable name")
+        if name == "revoke":
+            cmd.add_argument("key", help="the key itself or its 12-hex-digit id")
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> GatewayOptions:
+    """:class:`GatewayOptions` from parsed ``serve`` arguments.
+
+    Raises:
+        ValueError: if the values are inconsistent (e.g. a non-positive default timeout).
+    """
+    return GatewayOptions(
+        listen=args.listen,
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        domain=args.domain,
+        public_url=args.public_url,
+        pod_address_override=args.pod_address_override,
+        pod_port_map=dict(args.pod_port_map),
+        hmac_secret_file=args.hmac_secret_file,
+        create_timeout_seconds=args.create_timeout,
+        default_timeout_seconds=args.default_timeout,
+        init_timeout_seconds=args.init_timeout,
+        kube_api_qps=args.kube_api_qps,
+        kube_api_burst=args.kube_api_burst,
+    )
+
+
+def serve(options: GatewayOptions) -> None:
+    """Run the gateway until interrupted."""
+    import uvicorn
+
+    from kube_agent_sandbox.gateway.app import build_app
+    from kube_agent_sandbox.gateway.state import GatewayState
+
+    host, port = options.bind
+    app = build_app(GatewayState(options))
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+async def _keys(args: argparse.Namespace) -> int:
+    async with ApiClient(load_config(args.kubeconfig)) as api:
+        if args.keys_command == "create":
+            key, info = await tenants.create_key(api, args.namespace, name=args.name)
+            logger.info("created API key %s in namespace %s", info.key_id, info.namespace)
+            sys.stdout.write(f"{key}\n")
+            return 0
+        if args.keys_command == "list":
+            for info in await tenants.list_keys(api, args.namespace):
+                sys.stdout.write(f"{info.key_id}\t{info.created_at}\t{info.name}\n")
+            return 0
+        if await tenants.revoke_key(api, args.namespace, args.key):
+            sys.stdout.write("revoked\n")
+            return 0
+        sys.stderr.write("no such key\n")
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``agent-sandbox-gateway``; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    if args.command == "serve":
+        try:
+            options = options_from_args(args)
+        except ValueError as exc:
+            parser.error(str(exc))
+        serve(options)
+        return 0
+    try:
+        return asyncio.run(_keys(args))
+    except (ApiError, ValueError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

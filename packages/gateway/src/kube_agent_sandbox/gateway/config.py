@@ -1,0 +1,107 @@
+"""The gateway's settings: one frozen value built by the command line (or by tests).
+
+Every part of the gateway reads its knobs from one :class:`GatewayOptions`, so the command
+line, the tests and the defaults of the wire contract (timeouts in seconds) cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_LISTEN = ":8080"
+DEFAULT_CREATE_TIMEOUT_SECONDS = 60.0
+DEFAULT_SANDBOX_TIMEOUT_SECONDS = 300
+MAX_SANDBOX_TIMEOUT_SECONDS = 30 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """Settings of one gateway process (durations in seconds).
+
+    Attributes:
+        listen: ``host:port`` to serve on (``:8080`` = every interface).
+        kubeconfig: kubeconfig path; None = ``$KUBECONFIG``, in-cluster, ``~/.kube/config``.
+        namespace: serve only this tenant namespace (caches scoped to it); None = all.
+        domain: wildcard domain of the hostname form ``<port>-<id>.<domain>``; returned to
+            clients as the sandboxes' ``domain``; None = header routing only.
+        public_url: the URL sandboxes reach the gateway at (for the daemon's heartbeat URL);
+            None = no heartbeat URL is sent.
+        pod_address_override: testing only: every pod IP becomes this host.
+        pod_port_map: testing only: sandbox port -> local port (with the override).
+        hmac_secret_file: file holding the token secret; None = a random one per process.
+        create_timeout_seconds: how long a create waits for the claim to become Ready.
+        default_timeout_seconds: sandbox lifetime when the client sends no ``timeout``.
+        init_timeout_seconds: budget of the daemon's ``/init`` call (with its retries).
+        kube_api_qps: client-side API requests per second (``<= 0``: unlimited).
+        kube_api_burst: client-side burst.
+    """
+
+    listen: str = DEFAULT_LISTEN
+    kubeconfig: str | None = None
+    namespace: str | None = None
+    domain: str | None = None
+    public_url: str | None = None
+    pod_address_override: str | None = None
+    pod_port_map: dict[int, int] = field(default_factory=dict)
+    hmac_secret_file: str | None = None
+    create_timeout_seconds: float = DEFAULT_CREATE_TIMEOUT_SECONDS
+    default_timeout_seconds: int = DEFAULT_SANDBOX_TIMEOUT_SECONDS
+    init_timeout_seconds: float = 5.0
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
+
+    def __post_init__(self) -> None:
+        if self.create_timeout_seconds <= 0:
+            raise ValueError("create timeout must be positive")
+        if not 0 < self.default_timeout_seconds <= MAX_SANDBOX_TIMEOUT_SECONDS:
+            raise ValueError(f"default timeout must be in 1..{MAX_SANDBOX_TIMEOUT_SECONDS} seconds")
+        if self.init_timeout_seconds <= 0:
+            raise ValueError("init timeout must be positive")
+        if self.domain is not None and (not self.domain or self.domain.startswith(".")):
+            raise ValueError(f"invalid domain {self.domain!r}")
+        for port, local in self.pod_port_map.items():
+            if not (0 < port < 65536 and 0 < local < 65536):
+                raise ValueError(f"invalid port mapping {port}={local}")
+
+    @property
+    def bind(self) -> tuple[str, int]:
+        """``listen`` split into host and port (host ``0.0.0.0`` when empty).
+
+        Raises:
+            ValueError: if ``listen`` is not ``host:port`` with a valid port.
+        """
+        return parse_listen(self.listen)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` too); an empty host means every interface.
+
+    Raises:
+        ValueError: if there is no valid port.
+    """
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"listen address {listen!r} is not host:port")
+    port = int(port_text)
+    if not 0 <= port < 65536:
+        raise ValueError(f"listen port {port} out of range")
+    host = host.strip("[]") or "0.0.0.0"  # default: all interfaces
+    return host, port
+
+
+def parse_port_map(text: str) -> dict[int, int]:
+    """Parse ``49983=12345,49999=12346`` into a port mapping.
+
+    Raises:
+        ValueError: on a malformed entry or a port outside 1..65535.
+    """
+    mapping: dict[int, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        left, sep, right = item.partition("=")
+        if not sep or not left.strip().isdigit() or not right.strip().isdigit():
+            raise ValueError(f"port mapping {item!r} is not PORT=LOCALPORT")
+        port, local = int(left), int(right)
+        if not (0 < port < 65536 and 0 < local < 65536):
+            raise ValueError(f"port mapping {item!r} has a port outside 1..65535")
+        mapping[port] = local
+    return mapping

@@ -1,0 +1,410 @@
+"""``POST /v2/sandboxes`` and ``POST /sandboxes``: a create is a SandboxClaim.
+
+The template names a SandboxWarmPool in the tenant namespace (warm when it has members,
+cold otherwise); a SandboxTemplate without a pool gets a zero-replica pool
+``shadow-pool-<template>`` (upstream's naming), since a claim selects its template only
+through a pool. The claim is named by a fresh sandbox id and carries the E2B timeout as
+its lifecycle (or, for ``autoPause``, a ``pause-at`` deadline), the metadata and the idle
+policy as annotations; ``envVars`` never go into ``claim.spec.env`` (that forces a cold
+start): the daemon's ``/init`` delivers them. The create waits for the claim to be Ready,
+copies the policy annotations onto the Sandbox (where the idle reconciler reads them),
+initialises the daemon and answers 201.
+
+Failures after which a sandbox may exist answer ``Should-Retry: false`` unless the
+``Idempotency-Key`` makes a retry safe (the retry then finds and waits on the same claim).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime import ApiError, Obj
+from kube_agent_sandbox.gateway.annotations import (
+    ANNOTATION_IDEMPOTENCY_KEY,
+    ANNOTATION_METADATA,
+    ANNOTATION_ON_TIMEOUT,
+    ANNOTATION_TEMPLATE,
+    ANNOTATION_TIMEOUT,
+    LABEL_GATEWAY_SANDBOX,
+    POLICY_ANNOTATIONS,
+)
+from kube_agent_sandbox.gateway.controlplane.auth import authenticate
+from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
+from kube_agent_sandbox.gateway.controlplane.ids import new_sandbox_id
+from kube_agent_sandbox.gateway.controlplane.models import (
+    IDEMPOTENCY_KEY,
+    ON_TIMEOUT_KILL,
+    ON_TIMEOUT_PAUSE,
+    BadRequest,
+    CreateRequest,
+    deadline,
+    go_duration,
+    parse_create,
+    sandbox_body,
+)
+from kube_agent_sandbox.gateway.envvars import store_env
+from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
+from kube_agent_sandbox.gateway.index import SandboxRecord, condition
+from kube_agent_sandbox.gateway.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from kube_agent_sandbox.gateway.state import GatewayState
+from kube_agent_sandbox.gateway.tenants import Tenant
+
+logger = logging.getLogger(__name__)
+
+SHADOW_POOL_PREFIX: Final = c.SHADOW_POOL_PREFIX
+TERMINAL_REASONS: Final = frozenset(
+    {
+        c.REASON_TEMPLATE_NOT_FOUND,
+        c.REASON_INVALID_METADATA,
+        c.REASON_ENV_VARS_INJECTION_REJECTED,
+        c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR,
+    }
+)
+RETRY_AFTER_SECONDS: Final = 1
+
+
+class CreateFailed(Exception):
+    """A create that ends with an error response."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(bytes(response.body).decode(errors="replace"))
+        self.response = response
+
+
+async def resolve_pool(state: GatewayState, namespace: str, template: str) -> str | None:
+    """The warm pool serving ``template`` in ``namespace``, or None if there is no template.
+
+    Order: a pool named like the template; a ``shadow-pool-<template>``; a SandboxTemplate of
+    that name, for which a zero-replica shadow pool is created.
+    """
+    for name in (template, SHADOW_POOL_PREFIX + template):
+        if len(name) > 253:
+            continue
+        try:
+            await state.api.get(SANDBOX_WARM_POOLS, namespace, name)
+        except ApiError as exc:
+            if exc.not_found:
+                continue
+            raise
+        return name
+    try:
+        await state.api.get(SANDBOX_TEMPLATES, namespace, template)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+    shadow = SHADOW_POOL_PREFIX + template
+    pool = {
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_WARM_POOL,
+        "metadata": {"name": shadow, "namespace": namespace},
+        "spec": {"replicas": 0, "sandboxTemplateRef": {"name": template}},
+    }
+    try:
+        await state.api.create(SANDBOX_WARM_POOLS, namespace, pool)
+        logger.info("created zero-replica pool %s/%s for cold creates", namespace, shadow)
+    except ApiError as exc:
+        if not exc.already_exists:
+            raise
+    return shadow
+
+
+def claim_manifest(
+    sandbox_id: str,
+    namespace: str,
+    *,
+    pool: str,
+    spec: CreateRequest,
+    idempotency_key: str | None,
+    now: datetime,
+) -> Obj:
+    """The SandboxClaim of a create."""
+    annotations = {
+        ANNOTATION_TEMPLATE: spec.template_id,
+        ANNOTATION_TIMEOUT: str(spec.timeout),
+        ANNOTATION_ON_TIMEOUT: ON_TIMEOUT_PAUSE if spec.auto_pause else ON_TIMEOUT_KILL,
+        ANNOTATION_METADATA: json.dumps(spec.metadata, sort_keys=True, separators=(",", ":")),
+        **policy_annotations(spec, now=now),
+    }
+    if idempotency_key:
+        annotations[ANNOTATION_IDEMPOTENCY_KEY] = idempotency_key
+    claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
+    if not spec.auto_pause:
+        claim_spec["lifecycle"] = {
+            "shutdownTime": deadline(now, spec.timeout),
+            "shutdownPolicy": "Delete",
+        }
+    return {
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_CLAIM,
+        "metadata": {
+            "name": sandbox_id,
+            "namespace": namespace,
+            "labels": {LABEL_GATEWAY_SANDBOX: "true"},
+            "annotations": annotations,
+        },
+        "spec": claim_spec,
+    }
+
+
+def policy_annotations(spec: CreateRequest, *, now: datetime) -> dict[str, str]:
+    """The idle-shutdown policy of a create (§7.3 of the design)."""
+    out: dict[str, str] = {}
+    if spec.auto_pause:
+        out[c.ANNOTATION_PAUSE_AT] = deadline(now, spec.timeout)
+    if spec.auto_resume:
+        out[c.ANNOTATION_AUTO_RESUME] = "true"
+    if spec.idle_timeout:
+        out[c.ANNOTATION_IDLE_TIMEOUT] = go_duration(spec.idle_timeout)
+    return out
+
+
+def claim_failure(claim: Obj) -> str | None:
+    """The message of a Ready condition no wait can fix, or None."""
+    ready = condition(claim, c.CONDITION_READY)
+    if ready is None or ready.get("status") == "True":
+        return None
+    if ready.get("reason") in TERMINAL_REASONS:
+        return str(ready.get("message") or ready.get("reason"))
+    return None
+
+
+async def copy_policy_to_sandbox(state: GatewayState, record: SandboxRecord) -> None:
+    """Put the claim's policy annotations on its Sandbox (the idle reconciler reads them)."""
+    if record.sandbox is None:
+        return
+    wanted = {k: v for k, v in record.annotations.items() if k in POLICY_ANNOTATIONS}
+    have = record.sandbox["metadata"].get("annotations") or {}
+    patch = {k: v for k, v in wanted.items() if have.get(k) != v}
+    if not patch:
+        return
+    await state.api.patch(
+        SANDBOXES,
+        record.namespace,
+        record.sandbox["metadata"]["name"],
+        {"metadata": {"annotations": patch}},
+    )
+
+
+def _find_by_idempotency_key(state: GatewayState, namespace: str, key: str) -> str | None:
+    for claim in state.index.claims.list(namespace):
+        meta = claim["metadata"]
+        annotations = meta.get("annotations") or {}
+        if annotations.get(ANNOTATION_IDEMPOTENCY_KEY) == key and not meta.get("deletionTimestamp"):
+            return str(meta["name"])
+    return None
+
+
+async def _wait_ready(
+    state: GatewayState, sandbox_id: str, namespace: str, *, keep: bool
+) -> SandboxRecord:
+    """Wait for the claim to be Ready; on failure clean up (unless ``keep``) and raise."""
+
+    seen = False
+
+    def settled(record: SandboxRecord | None) -> bool:
+        # the cache may not show the claim just created yet: only a seen claim can vanish
+        nonlocal seen
+        if record is None:
+            return seen
+        seen = True
+        return record.ready or claim_failure(record.claim) is not None
+
+    try:
+        record = await state.index.wait_for(
+            sandbox_id,
+            settled,
+            namespace=namespace,
+            within=state.options.create_timeout_seconds,
+        )
+    except TimeoutError:
+        if keep:
+            # the same Idempotency-Key resumes this wait; nothing leaks
+            raise CreateFailed(
+                e2b_error(
+                    503,
+                    f"sandbox {sandbox_id} is still starting, retry",
+                    should_retry=True,
+                    retry_after=RETRY_AFTER_SECONDS,
+                )
+            ) from None
+        deleted = await _delete_quietly(state, namespace, sandbox_id)
+        raise CreateFailed(
+            e2b_error(
+                503,
+                f"sandbox {sandbox_id} did not become ready within "
+                f"{state.options.create_timeout_seconds:g} s",
+                should_retry=deleted,
+                retry_after=RETRY_AFTER_SECONDS if deleted else None,
+            )
+        ) from None
+    if record is None:
+        raise CreateFailed(
+            e2b_error(500, f"sandbox {sandbox_id} was deleted while starting", should_retry=False)
+        )
+    failure = claim_failure(record.claim)
+    if failure is not None and not record.ready:
+        await _delete_quietly(state, namespace, sandbox_id)
+        raise CreateFailed(e2b_error(400, f"cannot start the template: {failure}"))
+    return record
+
+
+async def _delete_quietly(state: GatewayState, namespace: str, sandbox_id: str) -> bool:
+    try:
+        await state.api.delete(SANDBOX_CLAIMS, namespace, sandbox_id)
+    except ApiError as exc:
+        if exc.not_found:
+            return True
+        logger.warning("could not delete claim %s/%s: %s", namespace, sandbox_id, exc)
+        return False
+    return True
+
+
+async def _start(
+    state: GatewayState, tenant: Tenant, spec: CreateRequest, idempotency_key: str | None
+) -> SandboxRecord:
+    """Create (or find, by idempotency key) the claim and wait until it is Ready."""
+    namespace = tenant.namespace
+    if idempotency_key:
+        existing = _find_by_idempotency_key(state, namespace, idempotency_key)
+        if existing is not None:
+            return await _wait_ready(state, existing, namespace, keep=True)
+    try:
+        pool = await resolve_pool(state, namespace, spec.template_id)
+    except ApiError as exc:
+        raise CreateFailed(_api_failure(exc, may_exist=False)) from exc
+    if pool is None:
+        raise CreateFailed(
+            e2b_error(404, f"template '{spec.template_id}' not found", should_retry=False)
+        )
+    now = datetime.now(UTC)
+    for _attempt in range(3):
+        sandbox_id = new_sandbox_id()
+        claim = claim_manifest(
+            sandbox_id,
+            namespace,
+            pool=pool,
+            spec=spec,
+            idempotency_key=idempotency_key,
+            now=now,
+        )
+        try:
+            created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
+        except ApiError as exc:
+            if exc.already_exists:
+                continue
+            raise CreateFailed(_api_failure(exc, may_exist=False)) from exc
+        await store_env(state.api, created, spec.env_vars)
+        logger.info(
+            "tenant %s: creating sandbox %s/%s from pool %s",
+            tenant.key_id,
+            namespace,
+            sandbox_id,
+            pool,
+        )
+        return await _wait_ready(state, sandbox_id, namespace, keep=bool(idempotency_key))
+    raise CreateFailed(e2b_error(500, "could not pick a free sandbox id", should_retry=True))
+
+
+def _api_failure(exc: ApiError, *, may_exist: bool) -> Response:
+    if exc.status in (429, 500, 503, 504):
+        return e2b_error(
+            503,
+            f"the cluster is busy: {exc.message}",
+            should_retry=not may_exist,
+            retry_after=RETRY_AFTER_SECONDS,
+        )
+    if exc.status == 403:
+        return e2b_error(500, f"the gateway may not do this: {exc.message}", should_retry=False)
+    if exc.status in (400, 422):
+        return e2b_error(400, f"the cluster refused the sandbox: {exc.message}", should_retry=False)
+    return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+
+
+async def create_sandbox(request: Request, state: GatewayState) -> Response:
+    """Handle a create (both spellings)."""
+    tenant = authenticate(request, state)
+    if isinstance(tenant, Response):
+        return tenant
+    try:
+        body = await read_json_object(request, required=True)
+        spec = parse_create(body, default_timeout=state.options.default_timeout_seconds)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
+    except BadRequest as exc:
+        return bad_request(str(exc))
+    idempotency_key = request.headers.get("idempotency-key")
+    if idempotency_key is not None and IDEMPOTENCY_KEY.fullmatch(idempotency_key) is None:
+        return bad_request("Idempotency-Key must be 1-255 lowercase letters, digits or hyphens")
+    started = time.perf_counter()
+    try:
+        record = await _deduplicated(state, tenant, spec, idempotency_key)
+    except CreateFailed as failed:
+        return failed.response
+    ready = time.perf_counter()
+    try:
+        await copy_policy_to_sandbox(state, record)
+    except ApiError as exc:
+        logger.warning("sandbox %s: policy annotations not copied: %s", record.sandbox_id, exc)
+    await state.init_sandbox(record, env_vars=spec.env_vars)
+    logger.info(
+        "sandbox %s/%s created: ready after %.0f ms, answered after %.0f ms",
+        record.namespace,
+        record.sandbox_id,
+        (ready - started) * 1000,
+        (time.perf_counter() - started) * 1000,
+    )
+    body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
+    return JSONResponse(body_out, status_code=201)
+
+
+async def _deduplicated(
+    state: GatewayState, tenant: Tenant, spec: CreateRequest, idempotency_key: str | None
+) -> SandboxRecord:
+    """Run :func:`_start`, joining a concurrent create with the same Idempotency-Key."""
+    if not idempotency_key:
+        return await _start(state, tenant, spec, None)
+    slot = (tenant.namespace, idempotency_key)
+    running = state.creates.get(slot)
+    if running is not None:
+        try:
+            sandbox_id = await asyncio.shield(running)
+        except CreateFailed:
+            raise
+        except Exception as exc:  # the first create broke off: a retry with the key is safe
+            raise CreateFailed(
+                e2b_error(
+                    503,
+                    "a create with this Idempotency-Key failed, retry",
+                    should_retry=True,
+                    retry_after=RETRY_AFTER_SECONDS,
+                )
+            ) from exc
+        return await _wait_ready(state, sandbox_id, tenant.namespace, keep=True)
+    future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    state.creates[slot] = future
+    try:
+        record = await _start(state, tenant, spec, idempotency_key)
+    except BaseException as exc:
+        future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
+        future.exception()  # mark retrieved: joiners re-raise it themselves
+        raise
+    else:
+        future.set_result(record.sandbox_id)
+        return record
+    finally:
+        state.creates.pop(slot, None)

@@ -1,0 +1,28 @@
+"""E2B sandbox ids: 20 lowercase alphanumerics, no ``-``.
+
+The id is the SandboxClaim's name, and ``<port>-<id>.<domain>`` must fit one 63-character DNS
+label, with E2B-style host parsers splitting the first label on its only ``-``. Ids start
+with a letter so that every object named after one (Sandbox, Pod, Service) is a valid name.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from typing import Final
+
+ID_LENGTH: Final = 20
+_FIRST: Final = string.ascii_lowercase
+_REST: Final = string.ascii_lowercase + string.digits
+ID_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]{19}$")
+
+
+def new_sandbox_id() -> str:
+    """A fresh random sandbox id (about 103 bits of entropy)."""
+    return secrets.choice(_FIRST) + "".join(secrets.choice(_REST) for _ in range(ID_LENGTH - 1))
+
+
+def is_sandbox_id(text: str) -> bool:
+    """Whether ``text`` has the form of a gateway sandbox id."""
+    return ID_PATTERN.fullmatch(text) is not None

@@ -1,0 +1,201 @@
+"""Connect (and resume), set-timeout, pause and kill of one sandbox.
+
+Timeouts: a ``kill`` sandbox's E2B timeout is its claim's ``lifecycle.shutdownTime``; a
+``pause`` sandbox's is the ``pause-at`` annotation on claim and Sandbox (the idle reconciler
+suspends it then). Set-timeout overwrites the deadline from now; connect only ever extends
+it. A paused sandbox does not expire (as on E2B): pause drops the deadline and connect
+restores it from now. Every handler answers 404 for an unknown sandbox and for one of
+another tenant alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime import ApiError
+from kube_agent_sandbox.gateway.controlplane.auth import authenticate
+from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
+from kube_agent_sandbox.gateway.controlplane.create import copy_policy_to_sandbox
+from kube_agent_sandbox.gateway.controlplane.models import (
+    ON_TIMEOUT_PAUSE,
+    BadRequest,
+    deadline,
+    end_at,
+    on_timeout,
+    parse_timeout,
+    sandbox_body,
+)
+from kube_agent_sandbox.gateway.errors import bad_request, e2b_error, sandbox_not_found
+from kube_agent_sandbox.gateway.index import SandboxRecord
+from kube_agent_sandbox.gateway.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.gateway.state import GatewayState
+
+logger = logging.getLogger(__name__)
+
+
+def _tenant_record(
+    request: Request, state: GatewayState
+) -> tuple[SandboxRecord | None, Response | None]:
+    tenant = authenticate(request, state)
+    if isinstance(tenant, Response):
+        return None, tenant
+    sandbox_id = request.path_params["sandbox_id"]
+    record = state.index.lookup(sandbox_id, namespace=tenant.namespace)
+    if record is None:
+        return None, sandbox_not_found(sandbox_id)
+    return record, None
+
+
+def sign_of_life(state: GatewayState, record: SandboxRecord) -> None:
+    """Tell idle shutdown that a client just used the sandbox (set-timeout, connect)."""
+    keepalive = getattr(state.activity, "keepalive", None)
+    if keepalive is not None:
+        keepalive(record)
+    else:
+        state.activity.request_started(record)
+
+
+async def set_deadline(
+    state: GatewayState, record: SandboxRecord, seconds: int, *, extend_only: bool
+) -> None:
+    """Move the sandbox's E2B deadline to now + ``seconds`` (never earlier if ``extend_only``)."""
+    now = datetime.now(UTC)
+    target = now + timedelta(seconds=seconds)
+    if extend_only and end_at(record) >= target and not record.suspended:
+        return
+    when = deadline(now, seconds)
+    if on_timeout(record) == ON_TIMEOUT_PAUSE:
+        patch = {"metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: when}}}
+        await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
+        if record.sandbox is not None:
+            await state.api.patch(
+                SANDBOXES, record.namespace, record.sandbox["metadata"]["name"], patch
+            )
+        return
+    patch = {"spec": {"lifecycle": {"shutdownTime": when, "shutdownPolicy": "Delete"}}}
+    await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
+
+
+async def connect(request: Request, state: GatewayState) -> Response:
+    """``POST /v2/sandboxes/{id}/connect`` and ``POST /sandboxes/{id}/connect``."""
+    record, error = _tenant_record(request, state)
+    if record is None:
+        return error or sandbox_not_found("")
+    try:
+        body = await read_json_object(request, required=False)
+        timeout = parse_timeout(body.get("timeout"), default=state.options.default_timeout_seconds)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
+    except BadRequest as exc:
+        return bad_request(str(exc))
+    resumed = False
+    try:
+        await set_deadline(state, record, timeout, extend_only=True)
+        if record.suspended:
+            record = await state.resumer.resume(record)
+            resumed = True
+        elif not record.ready:
+            fresh = await state.index.wait_for(
+                record.sandbox_id,
+                lambda r: r is None or r.ready,
+                namespace=record.namespace,
+                within=state.options.create_timeout_seconds,
+            )
+            if fresh is None:
+                return sandbox_not_found(record.sandbox_id)
+            record = fresh
+    except LookupError:
+        return sandbox_not_found(record.sandbox_id)
+    except TimeoutError:
+        return e2b_error(
+            503, f"sandbox {record.sandbox_id} is not ready yet", should_retry=True, retry_after=1
+        )
+    except ApiError as exc:
+        if exc.not_found:
+            return sandbox_not_found(record.sandbox_id)
+        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+    if resumed:
+        try:
+            await copy_policy_to_sandbox(state, record)
+        except ApiError as exc:
+            logger.warning("sandbox %s: policy not copied: %s", record.sandbox_id, exc)
+    sign_of_life(state, record)
+    body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
+    return JSONResponse(body_out, status_code=201 if resumed else 200)
+
+
+async def set_timeout(request: Request, state: GatewayState) -> Response:
+    """``POST /sandboxes/{id}/timeout`` ``{timeout}``: the deadline becomes now + timeout."""
+    record, error = _tenant_record(request, state)
+    if record is None:
+        return error or sandbox_not_found("")
+    try:
+        body = await read_json_object(request, required=False)
+        if "timeout" not in body:
+            raise BadRequest("timeout is required")
+        timeout = parse_timeout(body["timeout"], default=0)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
+    except BadRequest as exc:
+        return bad_request(str(exc))
+    try:
+        await set_deadline(state, record, timeout, extend_only=False)
+    except ApiError as exc:
+        if exc.not_found:
+            return sandbox_not_found(record.sandbox_id)
+        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+    sign_of_life(state, record)
+    return Response(status_code=204)
+
+
+async def pause(request: Request, state: GatewayState) -> Response:
+    """``POST /sandboxes/{id}/pause``: suspend; 409 when already paused."""
+    record, error = _tenant_record(request, state)
+    if record is None:
+        return error or sandbox_not_found("")
+    if record.suspended:
+        return e2b_error(409, f"sandbox {record.sandbox_id} is already paused")
+    if record.sandbox is None:
+        return e2b_error(409, f"sandbox {record.sandbox_id} is still starting")
+    try:
+        await state.api.patch(
+            SANDBOXES,
+            record.namespace,
+            record.sandbox["metadata"]["name"],
+            {
+                "spec": {"operatingMode": c.OPERATING_MODE_SUSPENDED},
+                "metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}},
+            },
+        )
+        # paused sandboxes do not time out; connect sets a fresh deadline
+        claim_patch: dict[str, Any] = {"metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}}}
+        if (record.claim.get("spec") or {}).get("lifecycle"):
+            claim_patch["spec"] = {"lifecycle": None}
+        await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, claim_patch)
+    except ApiError as exc:
+        if exc.not_found:
+            return sandbox_not_found(record.sandbox_id)
+        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+    logger.info("sandbox %s/%s paused", record.namespace, record.sandbox_id)
+    return Response(status_code=204)
+
+
+async def kill(request: Request, state: GatewayState) -> Response:
+    """``DELETE /sandboxes/{id}``: delete the claim (GC removes Sandbox and Pod)."""
+    record, error = _tenant_record(request, state)
+    if record is None:
+        return error or sandbox_not_found("")
+    try:
+        await state.api.delete(SANDBOX_CLAIMS, record.namespace, record.sandbox_id)
+    except ApiError as exc:
+        if exc.not_found:
+            return sandbox_not_found(record.sandbox_id)
+        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+    logger.info("sandbox %s/%s killed", record.namespace, record.sandbox_id)
+    return Response(status_code=204)

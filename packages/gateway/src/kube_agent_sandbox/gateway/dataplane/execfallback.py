@@ -1,0 +1,586 @@
+"""envd's surface over ``pods/exec``, for sandboxes whose image has no daemon.
+
+What the E2B SDK needs of envd, answered by running small commands in the sandbox container
+through the Kubernetes exec API (:mod:`.podexec`, scripts in :mod:`.execscripts`):
+
+- ``GET /health`` → 204;
+- ``process.Process/Start`` → ``sh`` starts the command (``bash -l -c ...`` from the SDK),
+  its stdout/stderr are streamed as Connect frames as they arrive, the exit code comes from the
+  exec status channel; ``process.Process/List`` → no processes (exec keeps none);
+- ``GET /files`` → ``cat``, streamed; ``POST /files`` (multipart or octet-stream) → ``cat >
+  file`` with stdin closed through v5's close channel, streamed from the request;
+- ``filesystem.Filesystem/{Stat, ListDir, MakeDir, Remove, Move}`` → ``stat``/``find``/
+  ``mkdir``/``rm``/``mv``.
+
+Limits (documented): every call costs an apiserver and kubelet round trip; commands run as the
+container's user (``username`` is ignored); no stdin after start, no reattach, signals, watch
+or port forwarding. A client that disconnects from a running command has it killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import posixpath
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.responses import Response
+
+from kube_agent_sandbox.controller.runtime.config import ClusterConfig
+from kube_agent_sandbox.gateway.dataplane import execscripts as scripts
+from kube_agent_sandbox.gateway.dataplane.multipart import (
+    MultipartError,
+    PartStart,
+    boundary_of,
+    parts,
+)
+from kube_agent_sandbox.gateway.dataplane.podexec import (
+    ExecStream,
+    PodExec,
+    PodExecError,
+    container_of,
+)
+from kube_agent_sandbox.gateway.dataplane.proxy import Receive, Scope, Send
+from kube_agent_sandbox.sdk import execproto
+
+logger = logging.getLogger(__name__)
+
+ENVD_VERSION = "0.5.7"
+KEEPALIVE_SECONDS = 50.0
+MAX_RPC_BODY = 1024 * 1024
+_CONNECT_STATUS = {
+    "invalid_argument": 400,
+    "unauthenticated": 401,
+    "permission_denied": 403,
+    "not_found": 404,
+    "already_exists": 409,
+    "internal": 500,
+    "unimplemented": 501,
+    "unavailable": 503,
+}
+
+
+class _Failure(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def connect_error(code: str, message: str) -> Response:
+    """A unary Connect error: HTTP status of the code, ``{"code", "message"}``."""
+    body = json.dumps({"code": code, "message": message}).encode()
+    return Response(body, status_code=_CONNECT_STATUS.get(code, 500), media_type="application/json")
+
+
+def rest_error(status: int, message: str) -> Response:
+    """An envd REST error body ``{"code": <status>, "message"}``."""
+    body = json.dumps({"code": status, "message": message}).encode()
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def envelope(message: dict[str, Any], *, end: bool = False) -> bytes:
+    """One Connect streaming frame carrying ``message`` as JSON."""
+    payload = json.dumps(message, separators=(",", ":")).encode()
+    return (b"\x02" if end else b"\x00") + len(payload).to_bytes(4, "big") + payload
+
+
+def read_envelopes(body: bytes) -> list[dict[str, Any]]:
+    """The JSON messages of a Connect streaming request body.
+
+    Raises:
+        ValueError: on a truncated frame, compressed frame or non-object JSON.
+    """
+    messages: list[dict[str, Any]] = []
+    view = body
+    while view:
+        if len(view) < 5:
+            raise ValueError("truncated Connect frame")
+        flags, size = view[0], int.from_bytes(view[1:5], "big")
+        if flags & 0x01:
+            raise ValueError("compressed Connect frames are not supported")
+        if len(view) < 5 + size:
+            raise ValueError("truncated Connect frame")
+        decoded = json.loads(view[5 : 5 + size] or b"{}")
+        if not isinstance(decoded, dict):
+            raise ValueError("a Connect message must be a JSON object")
+        if not flags & 0x02:
+            messages.append(decoded)
+        view = view[5 + size :]
+    return messages
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Failure("canceled", "client disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _Failure("invalid_argument", "request body too large")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Failure("canceled", "client disconnected")
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return ""
+
+
+def _query(scope: Scope) -> dict[str, list[str]]:
+    raw: bytes = scope.get("query_string", b"")
+    return parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
+
+
+class ExecFallback:
+    """Serves envd's calls for pods without a daemon.
+
+    Args:
+        api: the gateway's Kubernetes client (its ``config`` says where and how to connect).
+        pod_exec: the exec opener (tests pass their own).
+    """
+
+    def __init__(self, api: Any, *, pod_exec: Any = None) -> None:
+        config: ClusterConfig | None = getattr(api, "config", None)
+        if pod_exec is None:
+            if config is None:
+                raise ValueError("the exec fallback needs a client with a cluster config")
+            pod_exec = PodExec(config)
+        self.pod_exec = pod_exec
+
+    async def aclose(self) -> None:
+        """Close the exec connection pool."""
+        await self.pod_exec.aclose()
+
+    async def handle(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        record: Any,
+        on_stream: Callable[[bool], None] | None = None,
+    ) -> None:
+        """Answer one envd request for ``record``'s pod."""
+        pod = record.pod or {}
+        target = _Target(
+            self.pod_exec,
+            namespace=record.namespace,
+            pod=str((pod.get("metadata") or {}).get("name") or ""),
+            container=container_of(pod),
+        )
+        method = scope["method"]
+        path = scope.get("path", "")
+        response: Response | None
+        try:
+            if path == "/health" and method in ("GET", "HEAD"):
+                response = Response(status_code=204)
+            elif path == "/files" and method == "GET":
+                response = await self._read_file(target, scope, send)
+            elif path == "/files" and method == "POST":
+                response = await self._write_files(target, scope, receive)
+            elif path == "/envs" and method == "GET":
+                response = Response(b"{}", media_type="application/json")
+            elif path == "/process.Process/Start" and method == "POST":
+                response = await self._start(target, scope, receive, send, on_stream)
+            elif path == "/process.Process/List" and method == "POST":
+                await _read_body(receive, MAX_RPC_BODY)
+                response = Response(b"{}", media_type="application/json")
+            elif path.startswith("/filesystem.Filesystem/") and method == "POST":
+                response = await self._filesystem(target, path.rsplit("/", 1)[1], receive)
+            elif path.startswith(("/process.", "/filesystem.")):
+                response = connect_error(
+                    "unimplemented", f"{path} is not available without sandboxd in the image"
+                )
+            else:
+                response = rest_error(404, f"{path} is not available without sandboxd")
+        except _Failure as failure:
+            if path.startswith(("/process.", "/filesystem.")):
+                response = connect_error(failure.code, failure.message)
+            else:
+                response = rest_error(_CONNECT_STATUS.get(failure.code, 500), failure.message)
+        except PodExecError as err:
+            logger.warning("exec fallback for %s/%s: %s", target.namespace, target.pod, err)
+            response = rest_error(502, f"The sandbox could not be reached: {err}")
+        if response is not None:
+            await response(scope, receive, send)
+
+    # -- files -------------------------------------------------------------------------------
+    async def _read_file(self, target: _Target, scope: Scope, send: Send) -> Response | None:
+        path = (_query(scope).get("path") or [""])[0]
+        if not path:
+            return rest_error(400, "missing path")
+        async with target.open(scripts.sh(scripts.READ_FILE, path)) as stream:
+            first: bytes | None = None
+            errors: list[bytes] = []
+            while (chunk := await stream.read()) is not None:
+                if chunk[0] == execproto.STDOUT:
+                    first = chunk[1]
+                    break
+                errors.append(chunk[1])
+            if first is None:
+                code = stream.exit_code
+                if code == 0:
+                    return Response(b"", media_type="application/octet-stream")
+                return _file_error(code, path, b"".join(errors), stream.failure)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/octet-stream")],
+                }
+            )
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            while (chunk := await stream.read()) is not None:
+                if chunk[0] == execproto.STDOUT:
+                    await send({"type": "http.response.body", "body": chunk[1], "more_body": True})
+            if stream.exit_code != 0:
+                logger.warning("reading %s ended with %s", path, stream.exit_code)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return None
+
+    async def _write_files(self, target: _Target, scope: Scope, receive: Receive) -> Response:
+        query_path = (_query(scope).get("path") or [""])[0]
+        content_type = _header(scope, b"content-type")
+        encoding = _header(scope, b"content-encoding").lower()
+        written: list[dict[str, str]] = []
+        if content_type.startswith("multipart/"):
+            try:
+                boundary = boundary_of(content_type)
+            except MultipartError as err:
+                return rest_error(400, str(err))
+            events = parts(_body_chunks(receive), boundary)
+            current: _Upload | None = None
+            try:
+                async for event in events:
+                    if isinstance(event, PartStart):
+                        if current is not None:
+                            written.append(await current.finish())
+                            current = None
+                        if event.name != "file":
+                            continue
+                        dest = query_path or event.filename or ""
+                        if not dest:
+                            return rest_error(400, "missing path")
+                        current = await _Upload.begin(target, dest)
+                    elif current is not None:
+                        await current.write(event)
+                if current is not None:
+                    written.append(await current.finish())
+                    current = None
+            except MultipartError as err:
+                return rest_error(400, str(err))
+            finally:
+                if current is not None:
+                    await current.abort()
+        else:
+            if not query_path:
+                return rest_error(400, "missing path")
+            upload = await _Upload.begin(target, query_path)
+            try:
+                inflate = zlib.decompressobj(wbits=31) if encoding == "gzip" else None
+                async for chunk in _body_chunks(receive):
+                    await upload.write(inflate.decompress(chunk) if inflate else chunk)
+                if inflate is not None:
+                    await upload.write(inflate.flush())
+            except zlib.error:
+                await upload.abort()
+                return rest_error(400, "invalid gzip body")
+            except BaseException:
+                await upload.abort()
+                raise
+            written.append(await upload.finish())
+        return Response(json.dumps(written).encode(), media_type="application/json")
+
+    # -- filesystem --------------------------------------------------------------------------
+    async def _filesystem(self, target: _Target, method: str, receive: Receive) -> Response:
+        try:
+            request = json.loads(await _read_body(receive, MAX_RPC_BODY) or b"{}")
+        except ValueError:
+            return connect_error("invalid_argument", "invalid JSON request")
+        if not isinstance(request, dict):
+            return connect_error("invalid_argument", "invalid JSON request")
+        path = str(request.get("path") or "")
+        if method == "Move":
+            source = str(request.get("source") or "")
+            dest = str(request.get("destination") or "")
+            if not source or not dest:
+                return connect_error("invalid_argument", "source and destination are required")
+            argv = scripts.sh(scripts.MOVE, source, dest)
+        elif not path:
+            return connect_error("invalid_argument", "path is required")
+        elif method == "Stat":
+            argv = scripts.sh(scripts.STAT, path)
+        elif method == "ListDir":
+            depth = request.get("depth") or 1
+            if not isinstance(depth, int) or isinstance(depth, bool) or not 0 < depth <= 64:
+                return connect_error("invalid_argument", "depth must be between 1 and 64")
+            argv = scripts.sh(scripts.LIST_DIR, path, str(depth))
+        elif method == "MakeDir":
+            argv = scripts.sh(scripts.MAKE_DIR, path)
+        elif method == "Remove":
+            argv = scripts.sh(scripts.REMOVE, path)
+        else:
+            return connect_error(
+                "unimplemented", f"filesystem.Filesystem/{method} is not available without sandboxd"
+            )
+        output = await target.run(argv)
+        subject = path or str(request.get("source") or "")
+        if output.exit_code != 0:
+            return _fs_error(output.exit_code, subject, output.stderr, output.failure)
+        listing = scripts.parse_listing(output.stdout)
+        if method == "ListDir":
+            body: dict[str, Any] = {"entries": listing.entries}
+        elif method == "Remove":
+            body = {}
+        elif listing.entries:
+            body = {"entry": listing.entries[0]}
+        else:
+            return connect_error("internal", f"no entry for {subject}")
+        return Response(json.dumps(body).encode(), media_type="application/json")
+
+    # -- processes ---------------------------------------------------------------------------
+    async def _start(
+        self,
+        target: _Target,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        on_stream: Callable[[bool], None] | None,
+    ) -> Response | None:
+        if not _header(scope, b"content-type").startswith("application/connect+json"):
+            return connect_error("invalid_argument", "Start is a streaming call (connect+json)")
+        try:
+            messages = read_envelopes(await _read_body(receive, MAX_RPC_BODY))
+            request = messages[0] if messages else {}
+            process = request.get("process") or {}
+            argv = scripts.start_argv(
+                str(process.get("cmd") or ""),
+                [str(a) for a in process.get("args") or []],
+                envs={str(k): str(v) for k, v in (process.get("envs") or {}).items()},
+                cwd=str(process["cwd"]) if process.get("cwd") else None,
+            )
+        except (ValueError, TypeError, AttributeError) as err:
+            return connect_error("invalid_argument", f"invalid Start request: {err}")
+        if request.get("pty"):
+            return connect_error("unimplemented", "PTYs are not available without sandboxd")
+        interval = KEEPALIVE_SECONDS
+        with contextlib.suppress(ValueError):
+            interval = max(1.0, float(_header(scope, b"keepalive-ping-interval") or interval))
+        async with target.open(argv) as stream:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/connect+json")],
+                }
+            )
+            if on_stream is not None:
+                on_stream(True)
+            try:
+                await _relay_process(stream, receive, send, interval=interval, target=target)
+            finally:
+                if on_stream is not None:
+                    on_stream(False)
+        return None
+
+
+class _Target:
+    """One pod's container, where the fallback's commands run."""
+
+    def __init__(self, pod_exec: Any, *, namespace: str, pod: str, container: str | None) -> None:
+        self.pod_exec = pod_exec
+        self.namespace = namespace
+        self.pod = pod
+        self.container = container
+
+    def open(self, argv: list[str], *, stdin: bool = False) -> Any:
+        if not self.pod:
+            raise PodExecError("the sandbox has no pod")
+        return self.pod_exec.open(
+            self.namespace, self.pod, argv, container=self.container, stdin=stdin
+        )
+
+    async def run(self, argv: list[str]) -> Any:
+        if not self.pod:
+            raise PodExecError("the sandbox has no pod")
+        return await self.pod_exec.run(self.namespace, self.pod, argv, container=self.container)
+
+
+class _Upload:
+    """One file being written with ``cat > file`` (stdin streamed, closed at the end)."""
+
+    def __init__(self, path: str, context: Any, stream: ExecStream) -> None:
+        self.path = path
+        self._context = context
+        self._stream = stream
+        self._sent = 0
+
+    @classmethod
+    async def begin(cls, target: _Target, path: str) -> _Upload:
+        context = target.open(scripts.sh(scripts.WRITE_FILE, path), stdin=True)
+        stream = await context.__aenter__()
+        if not stream.can_close_stdin:
+            await context.__aexit__(None, None, None)
+            raise _Failure(
+                "unimplemented", "uploads need the v5 exec protocol (Kubernetes >= 1.30)"
+            )
+        return cls(path, context, stream)
+
+    async def write(self, data: bytes) -> None:
+        if data:
+            await self._stream.write(data)
+            self._sent += len(data)
+
+    async def finish(self) -> dict[str, str]:
+        try:
+            await self._stream.close_stdin()
+            out: list[bytes] = []
+            err: list[bytes] = []
+            while (chunk := await self._stream.read()) is not None:
+                (out if chunk[0] == execproto.STDOUT else err).append(chunk[1])
+            code = self._stream.exit_code
+        finally:
+            await self._context.__aexit__(None, None, None)
+        if code != 0:
+            detail = b"".join(err).decode("utf-8", "replace").strip()
+            if code == scripts.IS_A_DIRECTORY:
+                raise _Failure("invalid_argument", f"path is a directory: {self.path}")
+            raise _Failure(
+                "internal", f"writing {self.path} failed: {detail or self._stream.failure}"
+            )
+        lines = b"".join(out).decode("utf-8", "replace").splitlines()
+        home = lines[0] if lines and lines[0] else "/"
+        written = lines[1].strip() if len(lines) > 1 else ""
+        if written != str(self._sent):
+            raise _Failure(
+                "internal", f"writing {self.path}: {written or 'no'} of {self._sent} bytes arrived"
+            )
+        full = scripts.absolute(self.path, home)
+        return {"path": full, "name": posixpath.basename(full), "type": "file"}
+
+    async def abort(self) -> None:
+        await self._context.__aexit__(None, None, None)
+
+
+async def _relay_process(
+    stream: ExecStream, receive: Receive, send: Send, *, interval: float, target: _Target
+) -> None:
+    pid_prefix = execproto.PidPrefix()
+    started = False
+
+    async def frame(message: dict[str, Any], *, end: bool = False) -> None:
+        await send(
+            {"type": "http.response.body", "body": envelope(message, end=end), "more_body": not end}
+        )
+
+    async def pump() -> None:
+        nonlocal started
+        while (chunk := await stream.read()) is not None:
+            channel, payload = chunk
+            if channel == execproto.STDERR:
+                payload = pid_prefix.feed(payload)
+                if pid_prefix.pid is not None and not started:
+                    started = True
+                    pid = int(pid_prefix.pid) if pid_prefix.pid.isdigit() else 0
+                    await frame({"event": {"start": {"pid": pid}}})
+                if not payload:
+                    continue
+            elif not started:
+                started = True
+                await frame({"event": {"start": {"pid": 0}}})
+            key = "stdout" if channel == execproto.STDOUT else "stderr"
+            data = base64.b64encode(payload).decode()
+            await frame({"event": {"data": {key: data}}})
+
+    async def keepalive() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await frame({"event": {"keepalive": {}}})
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    pump_task = asyncio.ensure_future(pump())
+    tasks = {pump_task, asyncio.ensure_future(keepalive()), asyncio.ensure_future(disconnected())}
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            if task is not pump_task:
+                task.cancel()
+    if not pump_task.done():
+        # The client went away: stop the command like envd does when its stream is cancelled.
+        pump_task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if pid_prefix.pid:
+            with contextlib.suppress(Exception):
+                await target.run(scripts.sh(execproto.KILL_TREE_SCRIPT, pid_prefix.pid))
+        return
+    await asyncio.gather(*tasks, return_exceptions=True)
+    pump_task.result()
+    if not started:
+        await frame({"event": {"start": {"pid": int(pid_prefix.pid or 0)}}})
+    if stream.exit_code is None:
+        message = stream.failure or "the command's exit status was lost"
+        await frame({"error": {"code": "unknown", "message": message}}, end=True)
+        return
+    code = stream.exit_code
+    end: dict[str, Any] = {"exited": True, "status": f"exit status {code}"}
+    if code:
+        end["exitCode"] = code
+    await frame({"event": {"end": end}})
+    await frame({}, end=True)
+
+
+def _stderr_text(stderr: bytes, failure: str | None) -> str:
+    return stderr.decode("utf-8", "replace").strip() or (failure or "")
+
+
+def _file_error(code: int | None, path: str, stderr: bytes, failure: str | None) -> Response:
+    if code == scripts.NOT_FOUND:
+        return rest_error(404, f"path not found: {path}")
+    if code == scripts.IS_A_DIRECTORY:
+        return rest_error(400, f"path is a directory: {path}")
+    text = _stderr_text(stderr, failure)
+    if "Permission denied" in text:
+        return rest_error(403, f"permission denied: {path}")
+    return rest_error(500, f"reading {path} failed: {text}")
+
+
+def _fs_error(code: int, path: str, stderr: bytes, failure: str | None) -> Response:
+    if code == scripts.NOT_FOUND:
+        return connect_error("not_found", f"no such file or directory: {path}")
+    if code == scripts.NOT_A_DIRECTORY:
+        return connect_error("invalid_argument", f"path is not a directory: {path}")
+    if code == scripts.ALREADY_EXISTS:
+        return connect_error("already_exists", f"path already exists: {path}")
+    text = _stderr_text(stderr, failure)
+    if "Permission denied" in text:
+        return connect_error("permission_denied", f"permission denied: {path}")
+    return connect_error("internal", f"{path}: {text}")

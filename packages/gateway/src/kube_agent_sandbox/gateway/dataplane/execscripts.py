@@ -1,0 +1,183 @@
+"""Shell scripts the exec fallback runs in pods, and parsers of what they print.
+
+Every script is POSIX ``sh`` run as ``sh -c SCRIPT sh ARGS...``: paths and commands from clients
+travel only as positional arguments, never spliced into the script text. Scripts start in the
+exec user's home directory (envd resolves relative paths against the user's home) and signal
+outcomes with exit codes the fallback maps to envd's errors.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+NOT_FOUND = 44
+NOT_A_DIRECTORY = 45
+ALREADY_EXISTS = 46
+IS_A_DIRECTORY = 47
+
+_PRELUDE = (
+    'cd 2>/dev/null || cd /; printf "P|%s\\n" "$PWD"; '
+    'one() { if [ -L "$1" ]; then '
+    'printf "T|%s\\n" "$(readlink -- "$1")"; '
+    'printf "K|%s\\n" "$(stat -L -c %F -- "$1" 2>/dev/null)"; fi; '
+    "stat -c 'S|%s|%f|%A|%U|%G|%Y|%F|%n' -- \"$1\"; }; "
+)
+
+STAT = _PRELUDE + f'[ -e "$1" ] || [ -L "$1" ] || exit {NOT_FOUND}; one "$1"'
+"""``$1``: path. Prints its entry."""
+
+LIST_DIR = _PRELUDE + (
+    f'[ -e "$1" ] || exit {NOT_FOUND}; [ -d "$1" ] || exit {NOT_A_DIRECTORY}; '
+    'find "$1" -mindepth 1 -maxdepth "$2" | while IFS= read -r f; do one "$f"; done'
+)
+"""``$1``: directory, ``$2``: depth. Prints one entry per descendant."""
+
+MAKE_DIR = _PRELUDE + f'[ -e "$1" ] && exit {ALREADY_EXISTS}; mkdir -p -- "$1" && one "$1"'
+"""``$1``: directory to create (with parents)."""
+
+REMOVE = _PRELUDE + f'[ -e "$1" ] || [ -L "$1" ] || exit {NOT_FOUND}; rm -rf -- "$1"'
+"""``$1``: path to remove (recursively)."""
+
+MOVE = _PRELUDE + (
+    f'[ -e "$1" ] || [ -L "$1" ] || exit {NOT_FOUND}; '
+    'mkdir -p -- "$(dirname -- "$2")" && mv -f -- "$1" "$2" && one "$2"'
+)
+"""``$1``: source, ``$2``: destination."""
+
+READ_FILE = (
+    f'cd 2>/dev/null || cd /; [ -e "$1" ] || exit {NOT_FOUND}; '
+    f'[ -d "$1" ] && exit {IS_A_DIRECTORY}; exec cat -- "$1"'
+)
+"""``$1``: file to print."""
+
+WRITE_FILE = (
+    'cd 2>/dev/null || cd /; printf "%s\\n" "$PWD"; '
+    f'[ -d "$1" ] && exit {IS_A_DIRECTORY}; '
+    'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && wc -c < "$1"'
+)
+"""``$1``: file to write from stdin (needs stdin closed at the end: v5).
+
+Prints the home directory, then the size written (checked against what was sent)."""
+
+START_PROCESS = (
+    'cd 2>/dev/null || cd /; if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; '
+    'echo "$$" >&2; exec env "$@"'
+)
+"""``$1``: working directory or empty, then ``NAME=value``... and the argv. PID first on stderr."""
+
+
+def sh(script: str, *args: str) -> list[str]:
+    """The exec argv running ``script`` with positional ``args``."""
+    return ["sh", "-c", script, "sh", *args]
+
+
+def start_argv(cmd: str, args: list[str], *, envs: dict[str, str], cwd: str | None) -> list[str]:
+    """The exec argv of a ``process.Process/Start`` request.
+
+    Raises:
+        ValueError: for an empty command or an environment name ``env`` would misread.
+    """
+    if not cmd:
+        raise ValueError("the process needs a command")
+    pairs = []
+    for name, value in envs.items():
+        if not name or "=" in name or "\0" in name or name.startswith("-"):
+            raise ValueError(f"invalid environment variable name {name!r}")
+        pairs.append(f"{name}={value}")
+    # "--" ends env's options before the assignments; a command containing "=" would be read
+    # as one more assignment, so it runs through sh instead.
+    command = [cmd, *args]
+    if "=" in cmd:
+        command = ["sh", "-c", 'exec "$@"', "sh", *command]
+    return sh(START_PROCESS, cwd or "", "--", *pairs, *command)
+
+
+_FILE_TYPES = {
+    "regular file": "FILE_TYPE_FILE",
+    "regular empty file": "FILE_TYPE_FILE",
+    "directory": "FILE_TYPE_DIRECTORY",
+    "symbolic link": "FILE_TYPE_SYMLINK",
+}
+_GO_MODE_DIR = 1 << 31
+_GO_MODE_SYMLINK = 1 << 27
+
+
+def _rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Listing:
+    """What a stat/list script printed.
+
+    Attributes:
+        home: the directory relative paths were resolved against.
+        entries: envd ``EntryInfo`` objects in proto3 JSON form.
+    """
+
+    home: str = "/"
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+
+def absolute(path: str, home: str) -> str:
+    """``path`` resolved against ``home`` (envd answers with absolute paths)."""
+    return posixpath.normpath(posixpath.join(home, path))
+
+
+def parse_listing(output: bytes) -> Listing:
+    """Parse the ``P|``, ``T|``, ``K|`` and ``S|`` lines of the stat scripts."""
+    listing = Listing()
+    target: str | None = None
+    target_kind: str | None = None
+    for raw in output.decode("utf-8", "replace").splitlines():
+        tag, sep, rest = raw.partition("|")
+        if not sep:
+            continue
+        if tag == "P":
+            listing.home = rest or "/"
+        elif tag == "T":
+            target = rest
+        elif tag == "K":
+            target_kind = rest
+        elif tag == "S":
+            fields = rest.split("|", 7)
+            if len(fields) != 8:
+                continue
+            size, mode_hex, perms, owner, group, mtime, kind, name = fields
+            try:
+                raw_mode = int(mode_hex, 16)
+                size_value = int(size)
+                mtime_value = int(mtime)
+            except ValueError:
+                continue
+            path = absolute(name, listing.home)
+            is_symlink = kind == "symbolic link"
+            shown = target_kind if is_symlink and target_kind else kind
+            mode = raw_mode & 0o7777
+            if shown == "directory":
+                mode |= _GO_MODE_DIR
+            if is_symlink:
+                mode |= _GO_MODE_SYMLINK
+            entry: dict[str, Any] = {
+                "name": posixpath.basename(path.rstrip("/")) or "/",
+                "type": _FILE_TYPES.get(shown, "FILE_TYPE_UNSPECIFIED"),
+                "path": path,
+                "size": str(size_value),
+                "mode": mode,
+                "permissions": perms,
+                "owner": owner,
+                "group": group,
+                "modifiedTime": _rfc3339(mtime_value),
+            }
+            if is_symlink:
+                entry["isSymlink"] = True
+                entry["type"] = _FILE_TYPES.get(target_kind or "", "FILE_TYPE_FILE")
+                if target is not None:
+                    entry["symlinkTarget"] = target
+            listing.entries.append(entry)
+            target = None
+            target_kind = None
+    return listing

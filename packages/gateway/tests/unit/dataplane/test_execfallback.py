@@ -1,0 +1,291 @@
+"""The exec fallback speaks envd to the real E2B SDK; a local shell stands in for the pod.
+
+The scripts run for real (``sh``, ``stat``, ``find``, ``cat``) with ``HOME`` in a temp
+directory; only the transport (``pods/exec``) is replaced by local processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from dataplane_fakes import ENVD_TOKEN, SANDBOX_ID, LocalExec, State, make_record, serve
+from e2b import AsyncSandbox, CommandExitException, ConnectionConfig, FileType, NotFoundException
+from packaging.version import Version
+
+from kube_agent_sandbox.gateway.dataplane.execfallback import (
+    ExecFallback,
+    envelope,
+    read_envelopes,
+)
+from kube_agent_sandbox.gateway.dataplane.execscripts import parse_listing, start_argv
+from kube_agent_sandbox.gateway.dataplane.router import DataPlane
+
+EXEC = {"kube-agent-sandbox.io/envd": "exec"}
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def local_exec(home: Path) -> LocalExec:
+    return LocalExec(str(home))
+
+
+@pytest.fixture
+async def gateway_url(local_exec: LocalExec) -> AsyncIterator[str]:
+    state = State()
+    state.index.records[SANDBOX_ID] = make_record(annotations=EXEC)
+    plane = DataPlane(state, exec_fallback=ExecFallback(None, pod_exec=local_exec))
+    async with serve(plane) as port:
+        yield f"http://127.0.0.1:{port}"
+    await plane.aclose()
+
+
+@pytest.fixture
+def sandbox(gateway_url: str) -> AsyncSandbox:
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    config = ConnectionConfig(
+        api_key="e2b_" + "0" * 40,
+        sandbox_url=gateway_url,
+        extra_sandbox_headers=headers,
+        request_timeout=30,
+    )
+    return AsyncSandbox(
+        sandbox_id=SANDBOX_ID,
+        sandbox_domain=None,
+        envd_version=Version("0.5.7"),
+        envd_access_token=ENVD_TOKEN,
+        traffic_access_token=None,
+        connection_config=config,
+    )
+
+
+async def test_commands_run_streams_and_reports_exit_codes(
+    sandbox: AsyncSandbox, home: Path
+) -> None:
+    seen: list[str] = []
+    result = await sandbox.commands.run("echo hi; echo err >&2; pwd", on_stdout=seen.append)
+    assert result.exit_code == 0
+    assert result.stdout == f"hi\n{home}\n"
+    assert result.stderr == "err\n"
+    assert "".join(seen) == result.stdout
+    with pytest.raises(CommandExitException) as failed:
+        await sandbox.commands.run("echo out; exit 3")
+    assert failed.value.exit_code == 3
+    assert failed.value.stdout == "out\n"
+
+
+async def test_commands_take_env_and_cwd(sandbox: AsyncSandbox, home: Path) -> None:
+    (home / "sub").mkdir()
+    result = await sandbox.commands.run(
+        'echo "$A $B"; pwd', envs={"A": "1", "B": "two words"}, cwd=str(home / "sub")
+    )
+    assert result.stdout == f"1 two words\n{home}/sub\n"
+
+
+async def test_files_round_trip(sandbox: AsyncSandbox, home: Path) -> None:
+    info = await sandbox.files.write("dir/a.txt", "hello\n")
+    assert info.path == f"{home}/dir/a.txt"
+    assert (home / "dir" / "a.txt").read_text() == "hello\n"
+    assert await sandbox.files.read("dir/a.txt") == "hello\n"
+    payload = bytes(range(256)) * 4096
+    await sandbox.files.write(f"{home}/bin.dat", payload)
+    assert await sandbox.files.read(f"{home}/bin.dat", format="bytes") == payload
+    entries = await sandbox.files.list(str(home))
+    names = {e.name: e for e in entries}
+    assert names["dir"].type == FileType.DIR
+    assert names["bin.dat"].type == FileType.FILE
+    assert names["bin.dat"].size == len(payload)
+    assert await sandbox.files.exists("dir/a.txt")
+    assert not await sandbox.files.exists("dir/nope.txt")
+    assert await sandbox.files.make_dir("new/deep")
+    assert not await sandbox.files.make_dir("new/deep")
+    info2 = await sandbox.files.get_info("new/deep")
+    assert info2.type == FileType.DIR
+    await sandbox.files.rename("dir/a.txt", "moved/b.txt")
+    assert (home / "moved" / "b.txt").read_text() == "hello\n"
+    await sandbox.files.remove("moved")
+    assert not (home / "moved").exists()
+    with pytest.raises(NotFoundException):
+        await sandbox.files.read("nope.txt")
+
+
+async def test_write_files_sends_several_parts(sandbox: AsyncSandbox, home: Path) -> None:
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    await sandbox.files.write_files(
+        [WriteEntry(path="m/1.txt", data="one"), WriteEntry(path="m/2.txt", data="two")]
+    )
+    assert (home / "m" / "1.txt").read_text() == "one"
+    assert (home / "m" / "2.txt").read_text() == "two"
+
+
+async def test_is_running(sandbox: AsyncSandbox) -> None:
+    assert await sandbox.is_running()
+
+
+async def test_hostile_paths_stay_arguments(
+    sandbox: AsyncSandbox, home: Path, local_exec: LocalExec
+) -> None:
+    name = "$(touch pwned); `touch pwned2`; a'b\"c.txt"
+    await sandbox.files.write(name, "x")
+    assert (home / name).read_text() == "x"
+    assert not (home / "pwned").exists()
+    assert not (home / "pwned2").exists()
+    assert await sandbox.files.read(name) == "x"
+    assert not await sandbox.files.exists("-rf")
+
+
+async def test_client_disconnect_kills_the_command(
+    gateway_url: str, home: Path, local_exec: LocalExec
+) -> None:
+    request = {"process": {"cmd": "/bin/sh", "args": ["-c", "echo started; sleep 30; touch done"]}}
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+        "Content-Type": "application/connect+json",
+    }
+    async with (
+        httpx.AsyncClient(base_url=gateway_url, timeout=10) as client,
+        client.stream(
+            "POST", "/process.Process/Start", headers=headers, content=envelope(request)
+        ) as response,
+    ):
+        assert response.status_code == 200
+        async for chunk in response.aiter_raw():
+            if b"data" in chunk:
+                break
+    for _ in range(200):
+        if any("kill" in " ".join(c) for c in local_exec.commands):
+            break
+        await asyncio.sleep(0.05)
+    assert any("kill -KILL" in " ".join(c) for c in local_exec.commands)
+
+
+async def test_bad_rpc_requests_are_clear_errors(gateway_url: str) -> None:
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=10) as client:
+        response = await client.post("/filesystem.Filesystem/Stat", headers=headers, content=b"[1]")
+        assert response.status_code == 400
+        assert response.json()["code"] == "invalid_argument"
+        response = await client.post(
+            "/filesystem.Filesystem/ListDir", headers=headers, json={"path": "/", "depth": 1000}
+        )
+        assert response.status_code == 400
+        response = await client.post(
+            "/filesystem.Filesystem/WatchDir", headers=headers, json={"path": "/"}
+        )
+        assert response.status_code == 501
+        response = await client.post(
+            "/process.Process/Start",
+            headers={**headers, "Content-Type": "application/connect+json"},
+            content=b"\x00\x00\x00\x00\x09{",
+        )
+        assert response.status_code == 400
+        response = await client.post(
+            "/files?path=x",
+            headers={**headers, "Content-Type": "multipart/form-data; boundary=zz"},
+            content=b"--zz\r\nbroken",
+        )
+        assert response.status_code == 400
+        response = await client.get("/files", headers=headers)
+        assert response.status_code == 400
+        response = await client.get("/nope", headers=headers)
+        assert response.status_code == 404
+
+
+async def test_a_short_write_is_an_error_not_a_short_file(home: Path) -> None:
+    class Lossy(LocalExec):
+        """Loses the last stdin chunk, as a broken exec path would."""
+
+        @contextlib.asynccontextmanager
+        async def open(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            async with super().open(*args, **kwargs) as stream:
+                original = stream.write
+                sent: list[bytes] = []
+
+                async def write(data: bytes) -> None:
+                    sent.append(data)
+                    if len(sent) == 1:
+                        await original(data)
+
+                stream.write = write  # type: ignore[method-assign]
+                yield stream
+
+    state = State()
+    state.index.records[SANDBOX_ID] = make_record(annotations=EXEC)
+    plane = DataPlane(state, exec_fallback=ExecFallback(None, pod_exec=Lossy(str(home))))
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"a" * 10
+        yield b"b" * 10
+
+    transport = httpx.ASGITransport(app=plane)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        response = await client.post(
+            "/files?path=short.txt",
+            headers={**headers, "Content-Type": "application/octet-stream"},
+            content=body(),
+        )
+    assert response.status_code == 500
+    assert "10 of 20 bytes" in response.json()["message"]
+
+
+def test_envelopes_round_trip() -> None:
+    body = envelope({"a": 1}) + envelope({}, end=True)
+    assert read_envelopes(body) == [{"a": 1}]
+    with pytest.raises(ValueError, match="truncated"):
+        read_envelopes(body[:-1])
+    with pytest.raises(ValueError, match="compressed"):
+        read_envelopes(b"\x01\x00\x00\x00\x00")
+    assert json.loads(body[5 : 5 + int.from_bytes(body[1:5], "big")]) == {"a": 1}
+
+
+def test_start_argv_keeps_values_as_arguments() -> None:
+    argv = start_argv("/bin/bash", ["-l", "-c", "echo $X"], envs={"X": "1"}, cwd=None)
+    assert argv[:2] == ["sh", "-c"]
+    assert argv[3:] == ["sh", "", "--", "X=1", "/bin/bash", "-l", "-c", "echo $X"]
+    with pytest.raises(ValueError, match="invalid environment"):
+        start_argv("x", [], envs={"A=B": "1"}, cwd=None)
+    with pytest.raises(ValueError, match="needs a command"):
+        start_argv("", [], envs={}, cwd=None)
+
+
+def test_parse_listing_reads_symlinks_and_skips_garbage() -> None:
+    out = (
+        b"P|/home/user\n"
+        b"T|/etc/hosts\nK|regular file\nS|10|a1ff|lrwxrwxrwx|user|user|0|symbolic link|link\n"
+        b"S|4096|41ed|drwxr-xr-x|root|root|0|directory|/tmp\n"
+        b"S|bad line\n"
+    )
+    listing = parse_listing(out)
+    link, tmp = listing.entries
+    assert link["path"] == "/home/user/link"
+    assert link["isSymlink"] is True
+    assert link["symlinkTarget"] == "/etc/hosts"
+    assert link["type"] == "FILE_TYPE_FILE"
+    assert tmp["type"] == "FILE_TYPE_DIRECTORY"
+    assert tmp["modifiedTime"] == "1970-01-01T00:00:00Z"
