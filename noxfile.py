@@ -56,6 +56,11 @@ INTEGRATION_TESTS = [
 ]
 
 
+def _dist_name(package: str) -> str:
+    """The distribution name of ``packages/<package>``."""
+    return f"kube-agent-sandbox-{package}"
+
+
 def _sync(session: nox.Session) -> None:
     """Bring .venv in line with uv.lock (fast no-op when nothing changed)."""
     session.run("uv", "sync", "--all-packages", "--all-groups", "--locked", external=True)
@@ -154,7 +159,7 @@ def gateway_acceptance(session: nox.Session) -> None:
     """
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
-    _pytest_exit_ok(session, "-p", "no:randomly", "packages/gateway/tests/acceptance")
+    _pytest_exit_ok(session, "packages/gateway/tests/acceptance")
 
 
 @nox.session
@@ -275,8 +280,11 @@ def build(session: nox.Session) -> None:
             )
             python = str(venv / "bin" / "python")
             # Siblings come from dist/ (pinned ==), everything else from the index.
+            # uv caches a local wheel by name and version, which ours never change: refresh
+            # our own packages so a sibling is the one just built, not an older build's.
+            refresh = [arg for p in PACKAGES for arg in ("--refresh-package", _dist_name(p))]
             session.run(
-                "uv", "pip", "install", "--quiet", "--python", python,
+                "uv", "pip", "install", "--quiet", "--python", python, *refresh,
                 "--find-links", str(dist), str(wheel), external=True,
             )  # fmt: skip
             code = f"import {IMPORTS[package]} as m; print(m.__name__, m.__version__)"
@@ -292,6 +300,18 @@ def build(session: nox.Session) -> None:
                     python, "-c",
                     "import importlib.util as u; "
                     "assert u.find_spec('kube_agent_sandbox.controller') is None",
+                    external=True,
+                )  # fmt: skip
+            if package == "gateway":
+                session.run(str(venv / "bin" / "agent-sandbox-gateway"), "--help", external=True)
+            if package == "sandboxd":
+                for script in ("sandboxd", "sandboxd-interpreter"):
+                    session.run(str(venv / "bin" / script), "--help", external=True)
+                # installed alone into sandbox images: nothing else of ours comes along
+                session.run(
+                    python, "-c",
+                    "import importlib.util as u; "
+                    "assert u.find_spec('kube_agent_sandbox.api') is None",
                     external=True,
                 )  # fmt: skip
             if package == "conformance":

@@ -10,6 +10,7 @@ another tenant alike.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +38,9 @@ from kube_agent_sandbox.gateway.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.gateway.state import GatewayState
 
 logger = logging.getLogger(__name__)
+
+# How long a deadline change waits for the gateway's own cache to show it (read-your-writes).
+CACHE_CATCH_UP_SECONDS = 2.0
 
 
 def _tenant_record(
@@ -77,9 +81,27 @@ async def set_deadline(
             await state.api.patch(
                 SANDBOXES, record.namespace, record.sandbox["metadata"]["name"], patch
             )
-        return
-    patch = {"spec": {"lifecycle": {"shutdownTime": when, "shutdownPolicy": "Delete"}}}
-    await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
+    else:
+        patch = {"spec": {"lifecycle": {"shutdownTime": when, "shutdownPolicy": "Delete"}}}
+        await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
+    await _cache_caught_up(state, record)
+
+
+async def _cache_caught_up(state: GatewayState, record: SandboxRecord) -> None:
+    """Wait (briefly) until the index has seen the claim change this request just wrote.
+
+    Reads come from informer caches; without this a ``get_info`` right after ``set_timeout``
+    could still show the old end time. Bounded, because the write itself has succeeded.
+    """
+    seen = record.claim.get("metadata", {}).get("resourceVersion")
+
+    def changed(fresh: SandboxRecord | None) -> bool:
+        return fresh is None or fresh.claim.get("metadata", {}).get("resourceVersion") != seen
+
+    with contextlib.suppress(TimeoutError):
+        await state.index.wait_for(
+            record.sandbox_id, changed, namespace=record.namespace, within=CACHE_CATCH_UP_SECONDS
+        )
 
 
 async def connect(request: Request, state: GatewayState) -> Response:
