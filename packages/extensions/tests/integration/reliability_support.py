@@ -34,10 +34,11 @@ from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
 )
-from kube_agent_sandbox.testing.access import load_manifests
-from kube_agent_sandbox.testing.cluster import free_port
+from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
+from kube_agent_sandbox.testing.cluster import free_port, kwok_node
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
 from kube_agent_sandbox.testing.processes import ManagedProcess
+from kube_agent_sandbox.testing.waiting import ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,57 @@ async def setup_pool(api: ApiClient, namespace: str, *, pool: str, replicas: int
     await api.create(SANDBOX_WARM_POOLS, namespace, warm_pool(pool, "tpl", replicas))
 
 
+def _quantity(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def add_pod_room(cluster: ClusterAccess, *, pods: int, prefix: str) -> list[str]:
+    """Add kwok nodes until the schedulable nodes have room for ``pods`` more Pods.
+
+    The local cluster starts with two kwok nodes of 110 Pods each: 220 Pods in all, fewer than
+    a 500-claim burst and its warm pool need. Pods beyond that stay Pending ("Too many pods"),
+    their Sandboxes and claims never become Ready, and the burst looks merely slow. A real
+    cluster is sized for its load; so is this one, with extra nodes named ``<prefix>-<i>``.
+
+    Returns:
+        The names of the nodes added (remove them with :func:`remove_nodes`).
+    """
+    resources = cluster.dynamic().resources
+    nodes = resources.get(api_version="v1", kind="Node")
+    pod_api = resources.get(api_version="v1", kind="Pod")
+    free = 0
+    for node in nodes.get().to_dict()["items"]:
+        if (node.get("spec") or {}).get("unschedulable") or node["metadata"].get(
+            "deletionTimestamp"
+        ):
+            continue
+        used = pod_api.get(
+            field_selector=f"spec.nodeName={node['metadata']['name']},"
+            "status.phase!=Succeeded,status.phase!=Failed"
+        ).to_dict()["items"]
+        allocatable = ((node.get("status") or {}).get("allocatable") or {}).get("pods")
+        free += max(_quantity(allocatable) - len(used), 0)
+    per_node = _quantity(kwok_node("x")["status"]["allocatable"]["pods"])
+    missing = max(pods - free, 0)
+    names = [f"{prefix}-{i}" for i in range(-(-missing // per_node))]
+    log.info("room for %d pods on the nodes, %d needed: adding %d nodes", free, pods, len(names))
+    for name in names:
+        nodes.create(body=kwok_node(name))
+    for name in names:
+        cluster.wait_for_condition(ObjectRef("v1", "Node", name), "Ready", timeout=120)
+    return names
+
+
+def remove_nodes(cluster: ClusterAccess, names: Sequence[str]) -> None:
+    """Delete nodes :func:`add_pod_room` added (their Pods are garbage collected)."""
+    nodes = cluster.dynamic().resources.get(api_version="v1", kind="Node")
+    for name in names:
+        nodes.delete(name=name)
+
+
 def ready(obj: Obj | None) -> bool:
     """Whether the object's Ready condition is True."""
     return any(
@@ -289,6 +341,67 @@ class ClaimTracker:
         await self.informer.stop()
 
 
+def _reason(obj: Obj) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return f"{cond.get('status')}/{cond.get('reason')}"
+    return "no Ready condition"
+
+
+def _pod_state(pod: Obj | None) -> str:
+    """A Pod's phase, and why it is not scheduled if it is not (e.g. "Too many pods")."""
+    if pod is None:
+        return "missing"
+    status = pod.get("status") or {}
+    state = str(status.get("phase") or "no phase")
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") != "True":
+            state += f", unscheduled: {cond.get('reason')}: {str(cond.get('message'))[:120]}"
+    return state
+
+
+async def describe_unready(api: ApiClient, namespace: str, *, limit: int = 15) -> list[str]:
+    """Why claims are not Ready: counts by Ready reason, and the Sandbox/Pod of a few of them.
+
+    For the failure message of a burst that did not finish: tells a slow burst (claims still
+    waiting their turn) from a stuck one (claims bound to a Sandbox that never got a Pod,
+    claims with no Sandbox at all, conditions that never change).
+    """
+    claim_objs = (await api.list(SANDBOX_CLAIMS, namespace))["items"]
+    sandboxes = {o["metadata"]["name"]: o for o in (await api.list(SANDBOXES, namespace))["items"]}
+    pods = {o["metadata"]["name"]: o for o in (await api.list(PODS, namespace))["items"]}
+    unready = [o for o in claim_objs if not ready(o)]
+    reasons = Counter(_reason(o) for o in unready)
+    lines = [
+        f"{len(unready)} of {len(claim_objs)} claims not Ready; "
+        f"{len(sandboxes)} sandboxes, {len(pods)} pods; by Ready reason: {dict(reasons)}"
+    ]
+    bound: Counter[str] = Counter()
+    for obj in unready:
+        target = ((obj.get("status") or {}).get("sandbox") or {}).get("name")
+        sandbox = sandboxes.get(target or obj["metadata"]["name"])
+        pod = pods.get((sandbox or {}).get("metadata", {}).get("name", ""))
+        bound[
+            f"status.sandbox={'set' if target else 'unset'}, sandbox "
+            f"{'exists' if sandbox else 'missing'} ({_reason(sandbox) if sandbox else '-'}), "
+            f"pod {_pod_state(pod)}"
+        ] += 1
+    lines += [f"  {n} x {what}" for what, n in bound.most_common()]
+    for obj in unready[:limit]:
+        name = obj["metadata"]["name"]
+        target = ((obj.get("status") or {}).get("sandbox") or {}).get("name")
+        sandbox = sandboxes.get(target or name)
+        owner = _controller_owner(sandbox) if sandbox else None
+        lines.append(
+            f"  claim {name}: rv {obj['metadata'].get('resourceVersion')}, "
+            f"annotations {obj['metadata'].get('annotations')}, status {obj.get('status')}; "
+            f"sandbox {(sandbox or {}).get('metadata', {}).get('name')} owner "
+            f"{(owner or {}).get('kind')}/{(owner or {}).get('name')} "
+            f"status {(sandbox or {}).get('status')}"
+        )
+    return lines
+
+
 def _controller_owner(obj: Obj) -> dict[str, Any] | None:
     for ref in obj["metadata"].get("ownerReferences") or ():
         if ref.get("controller"):
@@ -316,7 +429,7 @@ async def check_namespace(
     pool_objs = (await api.list(SANDBOX_WARM_POOLS, namespace))["items"]
     pool_uids = {o["metadata"]["uid"] for o in pool_objs if o["metadata"]["name"] == pool}
     by_name = {o["metadata"]["name"]: o for o in sandboxes}
-    bound = Counter()
+    bound: Counter[str] = Counter()
     for obj in claim_objs:
         name = obj["metadata"]["name"]
         if not ready(obj):
