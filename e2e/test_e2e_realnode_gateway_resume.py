@@ -60,7 +60,11 @@ BIN = Path(sys.executable).parent
 ENVD_PORT = 49983
 TEMPLATE = "persist"
 MOUNT = "/data"
-IDLE_TIMEOUT = "6s"
+IDLE_SECONDS = 10
+"""Longer than the gateway's Lease debounce (5 s) plus its flush tick, as every production
+timeout is (the floor is 60 s); a shorter one lets the reconciler act on a Lease that the
+gateway is still holding back."""
+IDLE_TIMEOUT = f"{IDLE_SECONDS}s"
 IDLE_ROLE = "agent-sandbox-idle-gateway-e2e"
 Record = Callable[[str, object], None]
 
@@ -271,6 +275,19 @@ def test_the_sdk_waits_while_the_gateway_resumes_an_idle_sandbox(
         assert _annotations(suspended).get(c.ANNOTATION_IDLE_TIMEOUT) == IDLE_TIMEOUT
         assert _annotations(suspended).get(c.ANNOTATION_AUTO_RESUME) == "true"
         suspended = handle.wait_condition("Suspended", timeout=120)
+        # The gateway's traffic renewed the heartbeat Lease: the suspend came a full idle
+        # timeout after the last request (minus the few ms the response took), not earlier.
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(handle.name, namespace)
+        assert lease.spec is not None
+        assert lease.spec.renew_time is not None
+        assert suspend_after >= IDLE_SECONDS - 0.5, (suspend_after, lease.spec.renew_time)
+
+        def reasons() -> list[str]:
+            selector = f"involvedObject.name={handle.name}"
+            events = core.list_namespaced_event(namespace, field_selector=selector)
+            return [str(e.reason) for e in events.items]
+
+        wait_until(lambda: "IdleSuspended" in reasons(), timeout=30, what="IdleSuspended event")
         with pytest.raises(client.ApiException) as no_pod:
             handle.pod()
         assert no_pod.value.status == 404
