@@ -18,14 +18,9 @@ read-only root filesystem and serve with its generated RBAC.
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,28 +29,30 @@ import e2b
 import pytest
 import yaml
 
-from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.gateway import rbacgen
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.gateway import (
+    ENVD_PORT,
+    create_key,
+    http_status,
+    start_gateway,
+    wait_warm_pool_ready,
+    warm_template,
+)
 from kube_agent_sandbox.testing.images.gateway import gateway_image
 from kube_agent_sandbox.testing.images.sandbox import sandbox_image
 from kube_agent_sandbox.testing.node.cluster import normalize_image_reference
 from kube_agent_sandbox.testing.processes import wait_until
-from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 _log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-ENVD_PORT = 49983
 MIB = 1024 * 1024
 Record = Callable[[str, object], None]
 
 
-def _template(image: str) -> dict[str, Any]:
+def _template_spec(image: str) -> dict[str, Any]:
     container = {
         "name": "sandbox",
         "image": image,
@@ -65,69 +62,27 @@ def _template(image: str) -> dict[str, Any]:
         "readinessProbe": {"tcpSocket": {"port": ENVD_PORT}, "periodSeconds": 1},
     }
     return {
-        "apiVersion": c.EXTENSIONS_API_VERSION,
-        "kind": c.KIND_SANDBOX_TEMPLATE,
-        "metadata": {"name": "base"},
-        "spec": {
-            "podTemplate": {
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 1}
-            },
-            # What docs/guides/gateway.md tells users: admit the gateway's pods (the real node's
-            # CNI enforces no policy, so this documents rather than tests the rule).
-            "networkPolicy": {
-                "ingress": [
-                    {
-                        "from": [
-                            {
-                                "namespaceSelector": {
-                                    "matchLabels": {
-                                        "kubernetes.io/metadata.name": "agent-sandbox-system"
-                                    }
-                                },
-                                "podSelector": {"matchLabels": {"app": "agent-sandbox-gateway"}},
-                            }
-                        ],
-                        "ports": [{"port": ENVD_PORT, "protocol": "TCP"}],
-                    }
-                ]
-            },
+        "podTemplate": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 1}},
+        # What docs/guides/gateway.md tells users: admit the gateway's pods (the real node's
+        # CNI enforces no policy, so this documents rather than tests the rule).
+        "networkPolicy": {
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {
+                                    "kubernetes.io/metadata.name": "agent-sandbox-system"
+                                }
+                            },
+                            "podSelector": {"matchLabels": {"app": "agent-sandbox-gateway"}},
+                        }
+                    ],
+                    "ports": [{"port": ENVD_PORT, "protocol": "TCP"}],
+                }
+            ]
         },
     }
-
-
-def _pool() -> dict[str, Any]:
-    return {
-        "apiVersion": c.EXTENSIONS_API_VERSION,
-        "kind": c.KIND_SANDBOX_WARM_POOL,
-        "metadata": {"name": "base"},
-        "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "base"}},
-    }
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
-
-
-def _create_key(cluster: ClusterAccess, namespace: str) -> str:
-    created = subprocess.run(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "keys",
-            "create",
-            f"--namespace={namespace}",
-            f"--kubeconfig={cluster.kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    (key,) = re.findall(r"\be2b_[0-9a-f]{40}\b", created.stdout)
-    return str(key)
 
 
 @pytest.fixture
@@ -135,15 +90,17 @@ def base_template(cluster: ClusterAccess, namespace: str, real_node_environment:
     """The sandbox image on the node and a ``base`` template with one warm member; the key."""
     image = sandbox_image(REPO_ROOT)
     real_node_environment.node.import_image(image)
-    cluster.apply([_template(image.reference), _pool()], namespace=namespace)
-    wait_for_object(
-        cluster.api_client(),
-        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, "base", namespace),
-        lambda o: (o.get("status") or {}).get("readyReplicas") == 1,
+    cluster.apply(
+        warm_template("base", template_spec=_template_spec(image.reference)), namespace=namespace
+    )
+    wait_warm_pool_ready(
+        cluster,
+        "base",
+        namespace=namespace,
         timeout=240,
         what="a Ready warm member running sandboxd",
     )
-    return _create_key(cluster, namespace)
+    return create_key(cluster.kubeconfig, namespace)
 
 
 @pytest.fixture
@@ -154,30 +111,9 @@ def gateway(
     tmp_path: Path,
 ) -> dict[str, str]:
     """``agent-sandbox-gateway serve`` on the host, as its generated ClusterRole."""
-    role = yaml.safe_load(rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1])
-    identity = controller_runner.identity(
-        "agent-sandbox-gateway",
-        namespace=namespace,
-        cluster_roles=[rbacgen.GATEWAY_ROLE],
-        rbac=[role],
+    _process, url = start_gateway(
+        controller_runner, namespace=namespace, workdir=tmp_path, watch_namespace=namespace
     )
-    secret_file = tmp_path / "hmac-key"
-    secret_file.write_text(secrets.token_hex(32))
-    port = free_port()
-    process = controller_runner.start_command(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "serve",
-            f"--listen=127.0.0.1:{port}",
-            "--kubeconfig={kubeconfig}",
-            f"--namespace={namespace}",
-            f"--hmac-secret-file={secret_file}",
-        ],
-        identity=identity,
-        name="gateway",
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process)
     return {"url": url, "key": base_template}
 
 
@@ -290,7 +226,7 @@ def deployed_gateway(cluster: ClusterAccess, real_node_environment: Any) -> Iter
             *system, "get", "service", "agent-sandbox-gateway", "-o", "jsonpath={.spec.clusterIP}"
         ).stdout.strip()
         url = f"http://{address}"
-        wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway Service")
+        wait_until(lambda: http_status(f"{url}/health") == 200, timeout=60, what="gateway Service")
         yield url
     finally:
         for kind, name, namespace in COMPONENT_OBJECTS:

@@ -12,39 +12,33 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
-import secrets
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import e2b
 import pytest
-import yaml
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.gateway import rbacgen
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
-from kube_agent_sandbox.testing.processes import wait_until
-from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
+from kube_agent_sandbox.testing.gateway import (
+    create_key,
+    start_gateway,
+    wait_warm_pool_ready,
+    warm_template,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 _log = logging.getLogger(__name__)
-BIN = Path(sys.executable).parent
 TEMPLATE = "plain"
 MIB = 1024 * 1024
 Record = Callable[[str, object], None]
 
 
-def _template(image: str) -> dict[str, Any]:
+def _template_spec(image: str) -> dict[str, Any]:
     container = {
         "name": "sandbox",
         "image": image,
@@ -52,33 +46,11 @@ def _template(image: str) -> dict[str, Any]:
         "command": ["sleep", "infinity"],
     }
     return {
-        "apiVersion": c.EXTENSIONS_API_VERSION,
-        "kind": c.KIND_SANDBOX_TEMPLATE,
-        "metadata": {"name": TEMPLATE},
-        "spec": {
-            "podTemplate": {
-                "metadata": {"annotations": {f"{c.PROJECT_PREFIX}/envd": "exec"}},
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 1},
-            }
-        },
+        "podTemplate": {
+            "metadata": {"annotations": {f"{c.PROJECT_PREFIX}/envd": "exec"}},
+            "spec": {"containers": [container], "terminationGracePeriodSeconds": 1},
+        }
     }
-
-
-def _pool() -> dict[str, Any]:
-    return {
-        "apiVersion": c.EXTENSIONS_API_VERSION,
-        "kind": c.KIND_SANDBOX_WARM_POOL,
-        "metadata": {"name": TEMPLATE},
-        "spec": {"replicas": 1, "sandboxTemplateRef": {"name": TEMPLATE}},
-    }
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
 
 
 @pytest.fixture
@@ -90,52 +62,14 @@ def gateway(
     tmp_path: Path,
 ) -> dict[str, str]:
     """A warm template without a daemon, the gateway (its generated RBAC) and a tenant key."""
-    cluster.apply([_template(python_image), _pool()], namespace=namespace)
-    role = yaml.safe_load(rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1])
-    identity = controller_runner.identity(
-        "agent-sandbox-gateway",
-        namespace=namespace,
-        cluster_roles=[rbacgen.GATEWAY_ROLE],
-        rbac=[role],
+    cluster.apply(
+        warm_template(TEMPLATE, template_spec=_template_spec(python_image)), namespace=namespace
     )
-    secret_file = tmp_path / "hmac-key"
-    secret_file.write_text(secrets.token_hex(32))
-    port = free_port()
-    process = controller_runner.start_command(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "serve",
-            f"--listen=127.0.0.1:{port}",
-            "--kubeconfig={kubeconfig}",
-            f"--namespace={namespace}",
-            f"--hmac-secret-file={secret_file}",
-        ],
-        identity=identity,
-        name="gateway",
+    _process, url = start_gateway(
+        controller_runner, namespace=namespace, workdir=tmp_path, watch_namespace=namespace
     )
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process)
-    created = subprocess.run(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "keys",
-            "create",
-            f"--namespace={namespace}",
-            f"--kubeconfig={cluster.kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    (key,) = re.findall(r"\be2b_[0-9a-f]{40}\b", created.stdout)
-    wait_for_object(
-        cluster.api_client(),
-        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, TEMPLATE, namespace),
-        lambda o: (o.get("status") or {}).get("readyReplicas") == 1,
-        timeout=240,
-        what="a Ready warm member",
-    )
+    key = create_key(cluster.kubeconfig, namespace)
+    wait_warm_pool_ready(cluster, TEMPLATE, namespace=namespace, timeout=240)
     return {"url": url, "key": key}
 
 

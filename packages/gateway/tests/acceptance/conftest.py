@@ -24,43 +24,41 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.gateway import rbacgen
-from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import free_port
+from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.gateway import (
+    ENVD_PORT,
+    GATEWAY_BIN,
+    INTERPRETER_PORT,
+    accepts,
+    create_key,
+    http_status,
+    kwok_template_spec,
+    start_controller,
+    start_daemon,
+    start_gateway,
+    wait_warm_pool_ready,
+    warm_template,
+)
 from kube_agent_sandbox.testing.plugin import namespace_name, unavailable
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
-from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 
 REPO = Path(__file__).resolve().parents[4]
-RBAC = REPO / "manifests" / "rbac"
-BIN = Path(sys.executable).parent
 TEMPLATES = ("base", "code-interpreter-v1")
-ENVD_PORT = 49983
-INTERPRETER_PORT = 49999
 OLD_SDK = "2.45.1"
 # The newest e2b-code-interpreter that accepts e2b 2.45.x (2.11 needs e2b >= 2.55.1).
 OLD_CODE_INTERPRETER = "2.10.0"
 CLIENTS_CACHE = Path.home() / ".cache" / "agent-sandbox" / "e2b-clients"
-_KEY = re.compile(r"\be2b_[0-9a-f]{40}\b")
 
 
 @dataclass
@@ -84,7 +82,7 @@ class GatewayStack:
         """
         self.supervisor.restart("sandboxd")
         port = self.envd_port
-        wait_until(lambda: _accepts(port), timeout=30, what="sandboxd after a restart")
+        wait_until(lambda: accepts(port), timeout=30, what="sandboxd after a restart")
 
     def logs(self) -> str:
         """The tails of the local processes' logs (for failure messages)."""
@@ -92,159 +90,11 @@ class GatewayStack:
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(40)}" for p in processes)
 
 
-def _accepts(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
-
-
-def _ready(obj: dict[str, Any]) -> bool:
-    return int((obj.get("status") or {}).get("readyReplicas") or 0) >= 1
-
-
-def _template_objects(namespace: str) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
-    for name in TEMPLATES:
-        pod = {"spec": {"containers": [{"name": "sandbox", "image": f"e2b-{name}:test"}]}}
-        objects.append(
-            {
-                "apiVersion": c.EXTENSIONS_API_VERSION,
-                "kind": c.KIND_SANDBOX_TEMPLATE,
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"podTemplate": pod},
-            }
-        )
-        objects.append(
-            {
-                "apiVersion": c.EXTENSIONS_API_VERSION,
-                "kind": c.KIND_SANDBOX_WARM_POOL,
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"replicas": 1, "sandboxTemplateRef": {"name": name}},
-            }
-        )
-    return objects
-
-
-def _start_controller(runner: ControllerRunner, namespace: str) -> ManagedProcess:
-    identity = runner.identity(
-        "agent-sandbox-controller",
-        namespace=namespace,
-        cluster_roles=["agent-sandbox-controller", "agent-sandbox-controller-extensions"],
-        rbac=[
-            *load_manifests(RBAC / "role.generated.yaml"),
-            *load_manifests(RBAC / "extensions" / "role.generated.yaml"),
-        ],
-    )
-    health = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "kube_agent_sandbox.controller",
-        "--kubeconfig={kubeconfig}",
-        "--extensions",
-        "--leader-elect=false",
-        "--enable-webhook=false",
-        f"--metrics-bind-address=127.0.0.1:{free_port()}",
-        f"--health-probe-bind-address=127.0.0.1:{health}",
-    ]
-    process = runner.start_command(argv, identity=identity, name="controller")
-    wait_until(
-        lambda: _status(f"http://127.0.0.1:{health}/readyz") == 200,
-        timeout=90,
-        what="controller /readyz",
-        process=process,
-    )
-    return process
-
-
-def _start_daemons(supervisor: ProcessSupervisor, workdir: Path) -> tuple[int, int]:
-    envd_port, interpreter_port = free_port(), free_port()
-    sandboxd = supervisor.start(
-        "sandboxd",
-        [sys.executable, "-m", "kube_agent_sandbox.sandboxd", "--port", str(envd_port)],
-        cwd=workdir,
-    )
+def _interpreter_module() -> str:
     module = "kube_agent_sandbox.sandboxd.interpreter"
     if importlib.util.find_spec(f"{module}.__main__") is None:
         module += ".cli"
-    interpreter = supervisor.start(
-        "interpreter",
-        [sys.executable, "-m", module, "--port", str(interpreter_port)],
-        cwd=workdir,
-    )
-    for process, port in ((sandboxd, envd_port), (interpreter, interpreter_port)):
-        wait_until(lambda p=port: _accepts(p), timeout=60, what=process.name, process=process)
-    return envd_port, interpreter_port
-
-
-def _start_gateway(
-    runner: ControllerRunner,
-    *,
-    namespace: str,
-    workdir: Path,
-    port_map: dict[int, int],
-) -> tuple[ManagedProcess, str]:
-    role = yaml.safe_load(rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1])
-    identity = runner.identity(
-        "agent-sandbox-gateway",
-        namespace=namespace,
-        cluster_roles=[rbacgen.GATEWAY_ROLE],
-        rbac=[role],
-    )
-    secret_file = workdir / "hmac-key"
-    secret_file.write_text(secrets.token_hex(32))
-    port = free_port()
-    argv = [
-        str(BIN / "agent-sandbox-gateway"),
-        "serve",
-        f"--listen=127.0.0.1:{port}",
-        "--kubeconfig={kubeconfig}",
-        # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
-        # by their keys, which the cross-tenant test relies on.
-        f"--hmac-secret-file={secret_file}",
-        "--pod-address-override=127.0.0.1",
-        "--pod-port-map=" + ",".join(f"{k}={v}" for k, v in sorted(port_map.items())),
-    ]
-    process = runner.start_command(argv, identity=identity, name="gateway")
-    url = f"http://127.0.0.1:{port}"
-    wait_until(
-        lambda: _status(f"{url}/health") == 200,
-        timeout=60,
-        what="gateway /health (caches synced)",
-        process=process,
-    )
-    # An unauthenticated control-plane call is refused.
-    assert _status(f"{url}/v2/sandboxes") == 401
-    return process, url
-
-
-def _create_key(cluster: ClusterAccess, namespace: str) -> str:
-    result = subprocess.run(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "keys",
-            "create",
-            f"--namespace={namespace}",
-            f"--kubeconfig={cluster.kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    found = _KEY.findall(result.stdout)
-    assert len(found) == 1, f"expected one key in the output: {result.stdout!r}"
-    # The key is shown once and never logged.
-    assert found[0] not in result.stderr
-    return str(found[0])
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +105,8 @@ def gateway_stack(
 ) -> Iterator[GatewayStack]:
     """The controller, the daemons, the gateway, a tenant with a key and warm templates."""
     assert "sandboxwarmpools.extensions.agents.x-k8s.io" in agent_sandbox_crds
-    if not (BIN / "agent-sandbox-gateway").is_file():
-        unavailable(f"agent-sandbox-gateway is not installed in {BIN} (uv sync --all-packages)")
+    if not GATEWAY_BIN.is_file():
+        unavailable(f"{GATEWAY_BIN} is not installed (uv sync --all-packages)")
     workdir = tmp_path_factory.mktemp("gateway-acceptance")
     files = workdir / "sandbox-home"
     files.mkdir()
@@ -265,27 +115,39 @@ def gateway_stack(
     runner = ControllerRunner(cluster, workdir / "runner")
     supervisor = ProcessSupervisor(workdir / "logs")
     try:
-        _start_controller(runner, namespace)  # creates the namespace with the identity
-        envd_port, interpreter_port = _start_daemons(supervisor, files)
-        gateway, url = _start_gateway(
+        # The controller's identity creates the namespace.
+        start_controller(runner, namespace=namespace, repo_root=REPO)
+        _, envd_port = start_daemon(
+            supervisor, "sandboxd", ["kube_agent_sandbox.sandboxd"], cwd=files
+        )
+        _, interpreter_port = start_daemon(
+            supervisor, "interpreter", [_interpreter_module()], cwd=files
+        )
+        # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
+        # by their keys, which the cross-tenant test relies on.
+        gateway, url = start_gateway(
             runner,
             namespace=namespace,
             workdir=workdir,
+            pod_address_override="127.0.0.1",
             port_map={ENVD_PORT: envd_port, INTERPRETER_PORT: interpreter_port},
         )
-        api_key = _create_key(cluster, namespace)
+        # An unauthenticated control-plane call is refused.
+        assert http_status(f"{url}/v2/sandboxes") == 401
+        api_key = create_key(cluster.kubeconfig, namespace)
         cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
-        other_key = _create_key(cluster, other)
-        cluster.apply(_template_objects(namespace))
-        api = cluster.api_client()
+        other_key = create_key(cluster.kubeconfig, other)
+        cluster.apply(
+            [
+                obj
+                for name in TEMPLATES
+                for obj in warm_template(
+                    name, template_spec=kwok_template_spec(f"e2b-{name}:test"), namespace=namespace
+                )
+            ]
+        )
         for name in TEMPLATES:
-            wait_for_object(
-                api,
-                ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, name, namespace),
-                _ready,
-                timeout=90,
-                what="a Ready warm member",
-            )
+            wait_warm_pool_ready(cluster, name, namespace=namespace)
         yield GatewayStack(
             url=url,
             api_key=api_key,

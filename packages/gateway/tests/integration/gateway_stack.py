@@ -5,8 +5,8 @@
   the test's namespace (the session cluster is shared), as the extensions tests run them.
 * ``sandboxd`` runs under uvicorn on a free local port: kwok pods run nothing, so every pod
   address is rewritten to 127.0.0.1 and port 49983 mapped to it (``pod_address_override``).
-* The gateway runs under uvicorn on a free port as a ServiceAccount bound only to a ClusterRole
-  built from ``kube_agent_sandbox.gateway.rbac.RBAC_RULES``, so a missing permission fails.
+* The gateway runs under uvicorn on a free port as a ServiceAccount bound only to its generated
+  ClusterRole (``kube_agent_sandbox.testing.gateway``), so a missing permission fails.
 
 Not a test module: ``conftest.py`` imports it.
 """
@@ -14,7 +14,6 @@ Not a test module: ``conftest.py`` imports it.
 from __future__ import annotations
 
 import importlib
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -33,15 +32,13 @@ from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.controller.sandbox.setup import setup as sandbox_setup
 from kube_agent_sandbox.gateway.app import build_app
 from kube_agent_sandbox.gateway.config import GatewayOptions
-from kube_agent_sandbox.gateway.rbac import RBAC_RULES
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, RunningController
+from kube_agent_sandbox.testing.gateway import ENVD_PORT, gateway_identity
 
 EXTENSIONS = ("template", "warmpool", "claim")
 EXTENSIONS_ROLE = "agent-sandbox-controller-extensions"
-GATEWAY_ROLE = "agent-sandbox-gateway-test"
-ENVD_PORT = 49983
 
 
 def _cluster_role(name: str, rules: Sequence[rbac.PolicyRule]) -> dict[str, Any]:
@@ -119,15 +116,6 @@ class ServerThread:
         self.thread.join(timeout=30)
 
 
-def accepts(port: int) -> bool:
-    """Whether 127.0.0.1:``port`` accepts connections."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 @dataclass
 class GatewayStack:
     """The running gateway (and its local daemon)."""
@@ -152,12 +140,7 @@ def start_gateway(runner: ControllerRunner, *, namespace: str, secret_file: Path
     from kube_agent_sandbox.sandboxd.app import build_app as build_daemon
 
     sandboxd = ServerThread(build_daemon(), name="sandboxd")
-    identity = runner.identity(
-        "agent-sandbox-gateway",
-        namespace=namespace,
-        cluster_roles=[GATEWAY_ROLE],
-        rbac=[_cluster_role(GATEWAY_ROLE, RBAC_RULES)],
-    )
+    identity = gateway_identity(runner, namespace=namespace)
     options = GatewayOptions(
         listen="127.0.0.1:0",
         kubeconfig=str(identity.kubeconfig),

@@ -23,6 +23,11 @@ from gateway_stack import GatewayStack
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.gateway import tenants
 from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.gateway import (
+    kwok_template_spec,
+    wait_warm_pool_ready,
+    warm_template,
+)
 from kube_agent_sandbox.testing.waiting import (
     ObjectRef,
     condition_status,
@@ -36,21 +41,12 @@ POOL_SIZE = 3
 
 
 def _pool_objects(namespace: str, name: str, replicas: int) -> list[dict[str, Any]]:
-    pod = {"spec": {"containers": [{"name": "sandbox", "image": "e2b-base:test"}]}}
-    return [
-        {
-            "apiVersion": c.EXTENSIONS_API_VERSION,
-            "kind": c.KIND_SANDBOX_TEMPLATE,
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"podTemplate": pod},
-        },
-        {
-            "apiVersion": c.EXTENSIONS_API_VERSION,
-            "kind": c.KIND_SANDBOX_WARM_POOL,
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": name}},
-        },
-    ]
+    return warm_template(
+        name,
+        template_spec=kwok_template_spec("e2b-base:test"),
+        replicas=replicas,
+        namespace=namespace,
+    )
 
 
 def _claim_ref(namespace: str, sandbox_id: str) -> ObjectRef:
@@ -64,11 +60,11 @@ def _add_key(cluster: ClusterAccess, namespace: str) -> str:
 
 
 def _wait_pool_ready(cluster: ClusterAccess, namespace: str, replicas: int) -> None:
-    wait_for_object(
-        cluster.api_client(),
-        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, "base", namespace),
-        lambda o: int((o.get("status") or {}).get("readyReplicas") or 0) >= replicas,
-        timeout=90,
+    wait_warm_pool_ready(
+        cluster,
+        "base",
+        namespace=namespace,
+        replicas=replicas,
         what=f"{replicas} ready warm sandboxes",
     )
 

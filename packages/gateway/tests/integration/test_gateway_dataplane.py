@@ -17,10 +17,7 @@ import asyncio
 import logging
 import secrets
 import statistics
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,35 +27,32 @@ import pytest
 from e2b import AsyncSandbox, CommandExitException, ConnectionConfig
 from packaging.version import Version
 
-from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.gateway.tenants import create_key
-from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
+from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.gateway import (
+    ENVD_PORT,
+    gateway_argv,
+    kwok_template_spec,
+    start_controller,
+    start_daemon,
+    wait_gateway_healthy,
+    wait_warm_pool_ready,
+    warm_template,
+    write_hmac_secret,
+)
 from kube_agent_sandbox.testing.plugin import namespace_name
-from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
-from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
+from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor
 
 pytestmark = pytest.mark.integration
 
 logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[4]
-RBAC = REPO / "manifests" / "rbac"
-ENVD_PORT = 49983
 TEMPLATE = "base"
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
-    except OSError:
-        return 0
 
 
 @dataclass(frozen=True)
@@ -85,73 +79,17 @@ def backend(
     runner = ControllerRunner(cluster, workdir / "runner")
     supervisor = ProcessSupervisor(workdir / "logs")
     try:
-        identity = runner.identity(
-            "agent-sandbox-controller",
-            namespace=namespace,
-            cluster_roles=["agent-sandbox-controller", "agent-sandbox-controller-extensions"],
-            rbac=[
-                *load_manifests(RBAC / "role.generated.yaml"),
-                *load_manifests(RBAC / "extensions" / "role.generated.yaml"),
-            ],
+        # The controller's identity creates the namespace.
+        start_controller(runner, namespace=namespace, repo_root=REPO)
+        sandboxd, port = start_daemon(
+            supervisor, "sandboxd", ["kube_agent_sandbox.sandboxd"], cwd=home
         )
-        health = free_port()
-        controller = runner.start_command(
-            [
-                sys.executable,
-                "-m",
-                "kube_agent_sandbox.controller",
-                "--kubeconfig={kubeconfig}",
-                "--extensions",
-                "--leader-elect=false",
-                "--enable-webhook=false",
-                f"--metrics-bind-address=127.0.0.1:{free_port()}",
-                f"--health-probe-bind-address=127.0.0.1:{health}",
-            ],
-            identity=identity,
-            name="controller",
-        )
-        port = free_port()
-        sandboxd = supervisor.start(
-            "sandboxd",
-            [sys.executable, "-m", "kube_agent_sandbox.sandboxd", "--port", str(port)],
-            cwd=home,
-        )
-        wait_until(
-            lambda: _status(f"http://127.0.0.1:{port}/health") in (200, 204),
-            timeout=60,
-            what="sandboxd /health",
-            process=sandboxd,
-        )
-        wait_until(
-            lambda: _status(f"http://127.0.0.1:{health}/readyz") == 200,
-            timeout=90,
-            what="controller /readyz",
-            process=controller,
-        )
-        pod = {"spec": {"containers": [{"name": "sandbox", "image": "e2b-base:test"}]}}
         cluster.apply(
-            [
-                {
-                    "apiVersion": c.EXTENSIONS_API_VERSION,
-                    "kind": c.KIND_SANDBOX_TEMPLATE,
-                    "metadata": {"name": TEMPLATE, "namespace": namespace},
-                    "spec": {"podTemplate": pod},
-                },
-                {
-                    "apiVersion": c.EXTENSIONS_API_VERSION,
-                    "kind": c.KIND_SANDBOX_WARM_POOL,
-                    "metadata": {"name": TEMPLATE, "namespace": namespace},
-                    "spec": {"replicas": 1, "sandboxTemplateRef": {"name": TEMPLATE}},
-                },
-            ]
+            warm_template(
+                TEMPLATE, template_spec=kwok_template_spec("e2b-base:test"), namespace=namespace
+            )
         )
-        wait_for_object(
-            cluster.api_client(),
-            ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, TEMPLATE, namespace),
-            lambda obj: int((obj.get("status") or {}).get("readyReplicas") or 0) >= 1,
-            timeout=90,
-            what="a Ready warm member",
-        )
+        wait_warm_pool_ready(cluster, TEMPLATE, namespace=namespace)
         yield Backend(namespace=namespace, sandboxd_port=port, sandboxd=sandboxd, workdir=home)
     finally:
         supervisor.stop_all()
@@ -171,32 +109,23 @@ class Gateway:
 async def gateway(
     cluster: ClusterAccess, backend: Backend, tmp_path: Path
 ) -> AsyncIterator[Gateway]:
-    secret = tmp_path / "hmac"
-    secret.write_text(secrets.token_hex(32))
+    secret = write_hmac_secret(tmp_path / "hmac")
     port = free_port()
     supervisor = ProcessSupervisor(tmp_path / "logs")
     process = supervisor.start(
         "gateway",
-        [
-            str(Path(sys.executable).parent / "agent-sandbox-gateway"),
-            "serve",
-            f"--listen=127.0.0.1:{port}",
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--namespace={backend.namespace}",
-            f"--hmac-secret-file={secret}",
-            "--pod-address-override=127.0.0.1",
-            f"--pod-port-map={ENVD_PORT}={backend.sandboxd_port}",
-        ],
+        gateway_argv(
+            port=port,
+            kubeconfig=str(cluster.kubeconfig),
+            secret_file=secret,
+            namespace=backend.namespace,
+            pod_address_override="127.0.0.1",
+            port_map={ENVD_PORT: backend.sandboxd_port},
+        ),
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        await asyncio.to_thread(
-            wait_until,
-            lambda: _status(f"{url}/health") == 200,
-            timeout=60,
-            what="gateway /health",
-            process=process,
-        )
+        await asyncio.to_thread(wait_gateway_healthy, url, process=process)
         async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as api:
             key, _info = await create_key(api, backend.namespace)
         yield Gateway(url=url, api_key=key)

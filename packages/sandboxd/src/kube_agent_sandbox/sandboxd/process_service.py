@@ -144,6 +144,16 @@ async def event_stream(
         process.unsubscribe(queue)
 
 
+async def _write_input(process: ManagedProcess, data_input: Message) -> None:
+    """Write a ``ProcessInput`` (``stdin`` or ``pty`` bytes, base64) to the process."""
+    field = "pty" if "pty" in data_input else "stdin"
+    data = b64decode(data_input.get(field), field=f"input.{field}")
+    try:
+        await process.write_input(data)
+    except ProcessError as exc:
+        raise to_connect_error(exc) from exc
+
+
 class ProcessService:
     """Handlers of ``process.Process``."""
 
@@ -250,14 +260,7 @@ class ProcessService:
     async def send_input(self, request: Request, message: Message) -> Message:
         """``SendInput``: write bytes to stdin (or the terminal)."""
         del request
-        process = self._find(message)
-        data_input = get_object(message, "input")
-        field = "pty" if "pty" in data_input else "stdin"
-        data = b64decode(data_input.get(field), field=f"input.{field}")
-        try:
-            await process.write_input(data)
-        except ProcessError as exc:
-            raise to_connect_error(exc) from exc
+        await _write_input(self._find(message), get_object(message, "input"))
         return {}
 
     async def stream_input(self, request: Request, messages: AsyncIterator[Message]) -> Message:
@@ -272,13 +275,7 @@ class ProcessService:
             elif "data" in message:
                 if process is None:
                     raise ConnectError(Code.INVALID_ARGUMENT, "the first message must be start")
-                data_input = get_object(get_object(message, "data"), "input")
-                field = "pty" if "pty" in data_input else "stdin"
-                data = b64decode(data_input.get(field), field=f"input.{field}")
-                try:
-                    await process.write_input(data)
-                except ProcessError as exc:
-                    raise to_connect_error(exc) from exc
+                await _write_input(process, get_object(get_object(message, "data"), "input"))
             elif "keepalive" not in message:
                 raise ConnectError(Code.INVALID_ARGUMENT, "unknown stream input message")
         if process is None:

@@ -40,6 +40,16 @@ class User:
         return os.geteuid() == 0 and self.uid != 0
 
 
+def _from_entry(entry: pwd.struct_passwd) -> User:
+    return User(
+        name=entry.pw_name,
+        uid=entry.pw_uid,
+        gid=entry.pw_gid,
+        home=entry.pw_dir or "/",
+        shell=entry.pw_shell or "/bin/sh",
+    )
+
+
 def current_user() -> User:
     """The identity the daemon itself runs as."""
     uid = os.geteuid()
@@ -53,13 +63,7 @@ def current_user() -> User:
             home=os.environ.get("HOME", "/"),
             shell="/bin/sh",
         )
-    return User(
-        name=entry.pw_name,
-        uid=entry.pw_uid,
-        gid=entry.pw_gid,
-        home=entry.pw_dir or "/",
-        shell=entry.pw_shell or "/bin/sh",
-    )
+    return _from_entry(entry)
 
 
 def lookup(name: str) -> User | None:
@@ -70,13 +74,7 @@ def lookup(name: str) -> User | None:
         entry = pwd.getpwnam(name)
     except KeyError:
         return None
-    return User(
-        name=entry.pw_name,
-        uid=entry.pw_uid,
-        gid=entry.pw_gid,
-        home=entry.pw_dir or "/",
-        shell=entry.pw_shell or "/bin/sh",
-    )
+    return _from_entry(entry)
 
 
 def resolve_user(requested: str | None, *, default_user: str | None) -> User:

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import ApiError
-from kube_agent_sandbox.gateway.controlplane.auth import authenticate
+from kube_agent_sandbox.gateway.controlplane.auth import tenant_record
 from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
 from kube_agent_sandbox.gateway.controlplane.create import copy_policy_to_sandbox
 from kube_agent_sandbox.gateway.controlplane.models import (
@@ -41,19 +41,6 @@ logger = logging.getLogger(__name__)
 
 # How long a deadline change waits for the gateway's own cache to show it (read-your-writes).
 CACHE_CATCH_UP_SECONDS = 2.0
-
-
-def _tenant_record(
-    request: Request, state: GatewayState
-) -> tuple[SandboxRecord | None, Response | None]:
-    tenant = authenticate(request, state)
-    if isinstance(tenant, Response):
-        return None, tenant
-    sandbox_id = request.path_params["sandbox_id"]
-    record = state.index.lookup(sandbox_id, namespace=tenant.namespace)
-    if record is None:
-        return None, sandbox_not_found(sandbox_id)
-    return record, None
 
 
 def sign_of_life(state: GatewayState, record: SandboxRecord) -> None:
@@ -106,7 +93,7 @@ async def _cache_caught_up(state: GatewayState, record: SandboxRecord) -> None:
 
 async def connect(request: Request, state: GatewayState) -> Response:
     """``POST /v2/sandboxes/{id}/connect`` and ``POST /sandboxes/{id}/connect``."""
-    record, error = _tenant_record(request, state)
+    record, error = tenant_record(request, state)
     if record is None:
         return error or sandbox_not_found("")
     try:
@@ -154,7 +141,7 @@ async def connect(request: Request, state: GatewayState) -> Response:
 
 async def set_timeout(request: Request, state: GatewayState) -> Response:
     """``POST /sandboxes/{id}/timeout`` ``{timeout}``: the deadline becomes now + timeout."""
-    record, error = _tenant_record(request, state)
+    record, error = tenant_record(request, state)
     if record is None:
         return error or sandbox_not_found("")
     try:
@@ -178,7 +165,7 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
 
 async def pause(request: Request, state: GatewayState) -> Response:
     """``POST /sandboxes/{id}/pause``: suspend; 409 when already paused."""
-    record, error = _tenant_record(request, state)
+    record, error = tenant_record(request, state)
     if record is None:
         return error or sandbox_not_found("")
     if record.suspended:
@@ -210,7 +197,7 @@ async def pause(request: Request, state: GatewayState) -> Response:
 
 async def kill(request: Request, state: GatewayState) -> Response:
     """``DELETE /sandboxes/{id}``: delete the claim (GC removes Sandbox and Pod)."""
-    record, error = _tenant_record(request, state)
+    record, error = tenant_record(request, state)
     if record is None:
         return error or sandbox_not_found("")
     try:

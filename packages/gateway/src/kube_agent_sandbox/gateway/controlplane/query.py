@@ -19,7 +19,7 @@ from typing import Any, Final
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kube_agent_sandbox.gateway.controlplane.auth import authenticate
+from kube_agent_sandbox.gateway.controlplane.auth import authenticate, tenant_record
 from kube_agent_sandbox.gateway.controlplane.models import (
     STATE_RUNNING,
     BadRequest,
@@ -145,13 +145,9 @@ async def list_sandboxes(request: Request, state: GatewayState) -> Response:
 
 async def get_sandbox(request: Request, state: GatewayState) -> Response:
     """``GET /sandboxes/{id}``: the ``SandboxDetail``."""
-    tenant = authenticate(request, state)
-    if isinstance(tenant, Response):
-        return tenant
-    sandbox_id = request.path_params["sandbox_id"]
-    record = state.index.lookup(sandbox_id, namespace=tenant.namespace)
+    record, error = tenant_record(request, state)
     if record is None:
-        return sandbox_not_found(sandbox_id)
+        return error or sandbox_not_found("")
     return JSONResponse(detail_body(record, tokens=state.tokens, domain=state.options.domain))
 
 
@@ -183,13 +179,9 @@ async def get_metrics(request: Request, state: GatewayState) -> Response:
 
     A sandbox that is paused, starting or has no daemon (exec fallback) has no samples: ``[]``.
     """
-    tenant = authenticate(request, state)
-    if isinstance(tenant, Response):
-        return tenant
-    sandbox_id = request.path_params["sandbox_id"]
-    record = state.index.lookup(sandbox_id, namespace=tenant.namespace)
+    record, error = tenant_record(request, state)
     if record is None:
-        return sandbox_not_found(sandbox_id)
+        return error or sandbox_not_found("")
     address = state.index.address(record, ENVD_PORT) if record.ready else None
     if address is None or state.http is None:
         return JSONResponse([])

@@ -109,3 +109,20 @@ def unmount_below(root: Path) -> None:
     points = [line.split()[1] for line in lines if len(line.split()) > 1]
     for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
         run(["umount", "-l", point], what=f"umount {point}")
+
+
+def prune_older(name: str, *, keep: set[Path]) -> None:
+    """Delete the cached images and app layers of ``name`` built from earlier sources.
+
+    Every source change makes a new archive of a few hundred MB, so the cache would otherwise
+    only grow; only the files in ``keep`` (the current image and layer) stay.
+
+    Args:
+        name: The image's name (``controller``, ``gateway``, ``sandbox``).
+        keep: Files to keep.
+    """
+    folder = images_cache_dir()
+    for pattern in (f"{name}-*.oci.tar", f"{name}-app-*.layer.tar", f"{name}-app-*.layer.json"):
+        for path in folder.glob(pattern):
+            if path not in keep:
+                path.unlink(missing_ok=True)

@@ -16,13 +16,14 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kube_agent_sandbox.testing.images.catalog import PATH_ENV, BuiltImage, assemble
 from kube_agent_sandbox.testing.images.common import (
     ImageBuildError,
     images_cache_dir,
+    prune_older,
     run,
 )
 from kube_agent_sandbox.testing.images.oci import ImageConfig, Layer, host_architecture, pack_layer
@@ -49,7 +50,7 @@ sys.exit(main())
 def _uv() -> str:
     uv = shutil.which("uv")
     if uv is None:
-        raise ImageBuildError("uv is needed to build the controller image (pip install uv)")
+        raise ImageBuildError("uv is needed to build the images (pip install uv)")
     return uv
 
 
@@ -126,6 +127,8 @@ def app_layer(
     dest: Path,
     *,
     scripts: Mapping[str, str] | None = None,
+    what: str = "controller image",
+    extend: Callable[[Path], None] | None = None,
 ) -> Layer:
     """Install wheels and pinned requirements into ``/opt/agent-sandbox`` as one layer.
 
@@ -134,13 +137,15 @@ def app_layer(
         requirements: Pinned third-party requirements (``locked_requirements``).
         dest: Layer tar to write.
         scripts: Entry scripts for ``/opt/agent-sandbox/bin`` (name -> text); the
-            controller's by default.
+            controller's by default, none (and no ``bin`` folder) if empty.
+        what: The image, for error messages.
+        extend: Called with the layer's root folder before packing, to add more files.
 
     Returns:
         The layer.
     """
     architecture = {"amd64": "x86_64", "arm64": "aarch64"}[host_architecture()]
-    with tempfile.TemporaryDirectory(prefix="controller-layer-", dir=images_cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="app-layer-", dir=images_cache_dir()) as tmp:
         root = Path(tmp) / "root"
         site = root / INSTALL_PREFIX.lstrip("/") / "site-packages"
         site.mkdir(parents=True)
@@ -168,7 +173,7 @@ def app_layer(
                 str(requirements_file),
                 *map(str, wheels),
             ],
-            what="uv pip install (controller image)",
+            what=f"uv pip install ({what})",
             env=env,
             timeout=900,
         )
@@ -176,13 +181,88 @@ def app_layer(
         dist_packages = root / "usr/lib/python3/dist-packages"
         dist_packages.mkdir(parents=True)
         (dist_packages / "agent-sandbox.pth").write_text(f"{INSTALL_PREFIX}/site-packages\n")
-        bin_dir = root / INSTALL_PREFIX.lstrip("/") / "bin"
-        bin_dir.mkdir(parents=True)
-        for name, text in (scripts or {"agent-sandbox-controller": ENTRYPOINT_SCRIPT}).items():
-            script = bin_dir / name
-            script.write_text(text)
-            script.chmod(0o755)
+        if scripts is None:
+            scripts = {"agent-sandbox-controller": ENTRYPOINT_SCRIPT}
+        if scripts:
+            bin_dir = root / INSTALL_PREFIX.lstrip("/") / "bin"
+            bin_dir.mkdir(parents=True)
+            for name, text in scripts.items():
+                script = bin_dir / name
+                script.write_text(text)
+                script.chmod(0o755)
+        if extend is not None:
+            extend(root)
         return pack_layer(root, dest, empty_dirs=())
+
+
+def service_image(
+    repo_root: Path,
+    *,
+    name: str,
+    packages: Sequence[str],
+    entrypoint: str,
+    script: str,
+    cmd: Sequence[str] = (),
+) -> BuiltImage:
+    """A non-root image that runs one of our Python services (the controller, the gateway).
+
+    The base layer plus one app layer (``app_layer``) cached by the wheels' contents and the
+    locked requirements; earlier images of the same name are pruned from the cache.
+
+    Args:
+        repo_root: The repository (uv workspace) root.
+        name: The image's name (``localhost/agent-sandbox/<name>:<hash>``).
+        packages: Workspace packages installed into the image.
+        entrypoint: Name of the entry script in ``/opt/agent-sandbox/bin``.
+        script: Text of the entry script.
+        cmd: The image's default arguments.
+
+    Returns:
+        The image.
+
+    Raises:
+        ImageBuildError: If a wheel, the dependency install or packing fails.
+    """
+    started = time.monotonic()
+    base = base_layer()
+    with tempfile.TemporaryDirectory(prefix=f"{name}-wheels-") as tmp:
+        wheels = build_wheels(repo_root, Path(tmp), packages=packages)
+        requirements = locked_requirements(repo_root, packages=packages)
+        key = hashlib.sha256(
+            f"{wheel_fingerprint(wheels)}\n{requirements}\n{IMAGE_PLATFORM_TAG}".encode()
+        ).hexdigest()[:16]
+        dest = images_cache_dir() / f"{name}-app-{key}.layer.tar"
+        app = Layer.from_cache(dest)
+        if app is None:
+            _log.info("installing the %s and its dependencies into an image layer", name)
+            app = app_layer(
+                wheels, requirements, dest, scripts={entrypoint: script}, what=f"{name} image"
+            )
+    image = assemble(
+        name,
+        layers=[base, app],
+        config=ImageConfig(
+            entrypoint=[f"{INSTALL_PREFIX}/bin/{entrypoint}"],
+            cmd=list(cmd),
+            env={
+                "PATH": f"{INSTALL_PREFIX}/bin:{PATH_ENV}",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1",
+                "HOME": "/tmp",
+                "LANG": "C.UTF-8",
+            },
+            working_dir="/tmp",
+            user="65532:65532",
+            labels={"org.opencontainers.image.title": f"agent-sandbox-{name}"},
+        ),
+    )
+    prune_older(name, keep={image.archive, app.path, app.path.with_suffix(".json")})
+    return BuiltImage(
+        reference=image.reference,
+        archive=image.archive,
+        build_seconds=time.monotonic() - started,
+        cached=image.cached,
+    )
 
 
 def controller_image(repo_root: Path) -> BuiltImage:
@@ -198,56 +278,10 @@ def controller_image(repo_root: Path) -> BuiltImage:
     Raises:
         ImageBuildError: If a wheel, the dependency install or packing fails.
     """
-    started = time.monotonic()
-    base = base_layer()
-    with tempfile.TemporaryDirectory(prefix="controller-wheels-") as tmp:
-        wheels = build_wheels(repo_root, Path(tmp))
-        requirements = locked_requirements(repo_root)
-        key = hashlib.sha256(
-            f"{wheel_fingerprint(wheels)}\n{requirements}\n{IMAGE_PLATFORM_TAG}".encode()
-        ).hexdigest()[:16]
-        dest = images_cache_dir() / f"controller-app-{key}.layer.tar"
-        app = Layer.from_cache(dest)
-        if app is None:
-            _log.info("installing the controller and its dependencies into an image layer")
-            app = app_layer(wheels, requirements, dest)
-    image = assemble(
-        "controller",
-        layers=[base, app],
-        config=ImageConfig(
-            entrypoint=[f"{INSTALL_PREFIX}/bin/agent-sandbox-controller"],
-            env={
-                "PATH": f"{INSTALL_PREFIX}/bin:{PATH_ENV}",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1",
-                "HOME": "/tmp",
-                "LANG": "C.UTF-8",
-            },
-            working_dir="/tmp",
-            user="65532:65532",
-            labels={"org.opencontainers.image.title": "agent-sandbox-controller"},
-        ),
+    return service_image(
+        repo_root,
+        name="controller",
+        packages=IMAGE_PACKAGES,
+        entrypoint="agent-sandbox-controller",
+        script=ENTRYPOINT_SCRIPT,
     )
-    _prune_older(keep={image.archive, app.path, app.path.with_suffix(".json")})
-    return BuiltImage(
-        reference=image.reference,
-        archive=image.archive,
-        build_seconds=time.monotonic() - started,
-        cached=image.cached,
-    )
-
-
-def _prune_older(*, keep: set[Path]) -> None:
-    """Delete controller images and layers of earlier sources; only the current ones stay.
-
-    Every source change makes a new ~300 MB archive, so the cache would otherwise only grow.
-    """
-    folder = images_cache_dir()
-    for pattern in (
-        "controller-*.oci.tar",
-        "controller-app-*.layer.tar",
-        "controller-app-*.layer.json",
-    ):
-        for path in folder.glob(pattern):
-            if path not in keep:
-                path.unlink(missing_ok=True)

@@ -9,26 +9,10 @@ read-only. The image runs ``agent-sandbox-gateway`` as user 65532, so the kustom
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import tempfile
-import time
 from pathlib import Path
 
-from kube_agent_sandbox.testing.images.catalog import PATH_ENV, BuiltImage, assemble
-from kube_agent_sandbox.testing.images.common import images_cache_dir
-from kube_agent_sandbox.testing.images.controller import (
-    IMAGE_PLATFORM_TAG,
-    INSTALL_PREFIX,
-    app_layer,
-    build_wheels,
-    locked_requirements,
-    wheel_fingerprint,
-)
-from kube_agent_sandbox.testing.images.oci import ImageConfig, Layer
-from kube_agent_sandbox.testing.images.rootfs import base_layer
-
-_log = logging.getLogger(__name__)
+from kube_agent_sandbox.testing.images.catalog import BuiltImage
+from kube_agent_sandbox.testing.images.controller import service_image
 
 GATEWAY_PACKAGES = ("api-types", "controller", "sdk", "gateway")
 ENTRYPOINT = "agent-sandbox-gateway"
@@ -55,50 +39,11 @@ def gateway_image(repo_root: Path) -> BuiltImage:
     Raises:
         ImageBuildError: If a wheel, the dependency install or packing fails.
     """
-    started = time.monotonic()
-    base = base_layer()
-    with tempfile.TemporaryDirectory(prefix="gateway-wheels-") as tmp:
-        wheels = build_wheels(repo_root, Path(tmp), packages=GATEWAY_PACKAGES)
-        requirements = locked_requirements(repo_root, packages=GATEWAY_PACKAGES)
-        key = hashlib.sha256(
-            f"{wheel_fingerprint(wheels)}\n{requirements}\n{IMAGE_PLATFORM_TAG}".encode()
-        ).hexdigest()[:16]
-        dest = images_cache_dir() / f"gateway-app-{key}.layer.tar"
-        app = Layer.from_cache(dest)
-        if app is None:
-            _log.info("installing the gateway and its dependencies into an image layer")
-            app = app_layer(wheels, requirements, dest, scripts={ENTRYPOINT: ENTRYPOINT_SCRIPT})
-    image = assemble(
-        "gateway",
-        layers=[base, app],
-        config=ImageConfig(
-            entrypoint=[f"{INSTALL_PREFIX}/bin/{ENTRYPOINT}"],
-            cmd=["serve"],
-            env={
-                "PATH": f"{INSTALL_PREFIX}/bin:{PATH_ENV}",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1",
-                "HOME": "/tmp",
-                "LANG": "C.UTF-8",
-            },
-            working_dir="/tmp",
-            user="65532:65532",
-            labels={"org.opencontainers.image.title": "agent-sandbox-gateway"},
-        ),
+    return service_image(
+        repo_root,
+        name="gateway",
+        packages=GATEWAY_PACKAGES,
+        entrypoint=ENTRYPOINT,
+        script=ENTRYPOINT_SCRIPT,
+        cmd=["serve"],
     )
-    _prune_older(keep={image.archive, app.path, app.path.with_suffix(".json")})
-    return BuiltImage(
-        reference=image.reference,
-        archive=image.archive,
-        build_seconds=time.monotonic() - started,
-        cached=image.cached,
-    )
-
-
-def _prune_older(*, keep: set[Path]) -> None:
-    """Delete gateway images and layers of earlier sources; only the current ones stay."""
-    folder = images_cache_dir()
-    for pattern in ("gateway-*.oci.tar", "gateway-app-*.layer.tar", "gateway-app-*.layer.json"):
-        for path in folder.glob(pattern):
-            if path not in keep:
-                path.unlink(missing_ok=True)

@@ -16,23 +16,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 from kube_agent_sandbox.testing.images.catalog import PATH_ENV, BuiltImage, assemble
-from kube_agent_sandbox.testing.images.common import ImageBuildError, images_cache_dir, run
+from kube_agent_sandbox.testing.images.common import ImageBuildError, images_cache_dir, prune_older
 from kube_agent_sandbox.testing.images.controller import (
     IMAGE_PLATFORM_TAG,
-    IMAGE_PYTHON,
-    INSTALL_PREFIX,
+    app_layer,
     build_wheels,
     locked_requirements,
     wheel_fingerprint,
 )
-from kube_agent_sandbox.testing.images.oci import ImageConfig, Layer, host_architecture, pack_layer
+from kube_agent_sandbox.testing.images.oci import ImageConfig, Layer
 from kube_agent_sandbox.testing.images.rootfs import base_layer
 
 _log = logging.getLogger(__name__)
@@ -78,50 +76,6 @@ def _add_user(root: Path, base: Layer) -> None:
     os.chown(home, USER_ID, USER_ID)
 
 
-def _sandbox_layer(base: Layer, wheels: list[Path], requirements: str, dest: Path) -> Layer:
-    architecture = {"amd64": "x86_64", "arm64": "aarch64"}[host_architecture()]
-    uv = shutil.which("uv")
-    if uv is None:
-        raise ImageBuildError("uv is needed to build the sandbox image (pip install uv)")
-    with tempfile.TemporaryDirectory(prefix="sandbox-layer-", dir=images_cache_dir()) as tmp:
-        root = Path(tmp) / "root"
-        site = root / INSTALL_PREFIX.lstrip("/") / "site-packages"
-        site.mkdir(parents=True)
-        requirements_file = Path(tmp) / "requirements.txt"
-        requirements_file.write_text(requirements)
-        env = dict(os.environ)
-        env.pop("VIRTUAL_ENV", None)
-        run(
-            [
-                uv,
-                "pip",
-                "install",
-                "--quiet",
-                "--target",
-                str(site),
-                "--python-version",
-                IMAGE_PYTHON,
-                "--python-platform",
-                f"{architecture}-{IMAGE_PLATFORM_TAG}",
-                "--only-binary",
-                ":all:",
-                "--no-deps",
-                "--compile-bytecode",
-                "-r",
-                str(requirements_file),
-                *map(str, wheels),
-            ],
-            what="uv pip install (sandbox image)",
-            env=env,
-            timeout=900,
-        )
-        dist_packages = root / "usr/lib/python3/dist-packages"
-        dist_packages.mkdir(parents=True)
-        (dist_packages / "agent-sandbox.pth").write_text(f"{INSTALL_PREFIX}/site-packages\n")
-        _add_user(root, base)
-        return pack_layer(root, dest, empty_dirs=())
-
-
 def sandbox_image(repo_root: Path) -> BuiltImage:
     """The sandbox image from the repository's current ``sandboxd`` sources (cached by content).
 
@@ -146,7 +100,14 @@ def sandbox_image(repo_root: Path) -> BuiltImage:
         app = Layer.from_cache(dest)
         if app is None:
             _log.info("installing sandboxd and its dependencies into an image layer")
-            app = _sandbox_layer(base, wheels, requirements, dest)
+            app = app_layer(
+                wheels,
+                requirements,
+                dest,
+                scripts={},
+                what="sandbox image",
+                extend=lambda root: _add_user(root, base),
+            )
     image = assemble(
         "sandbox",
         layers=[base, app],
@@ -157,19 +118,10 @@ def sandbox_image(repo_root: Path) -> BuiltImage:
             labels={"org.opencontainers.image.title": "agent-sandbox-sandbox"},
         ),
     )
-    _prune_older(keep={image.archive, app.path, app.path.with_suffix(".json")})
+    prune_older("sandbox", keep={image.archive, app.path, app.path.with_suffix(".json")})
     return BuiltImage(
         reference=image.reference,
         archive=image.archive,
         build_seconds=time.monotonic() - started,
         cached=image.cached,
     )
-
-
-def _prune_older(*, keep: set[Path]) -> None:
-    """Delete sandbox images and layers of earlier sources (each is a full archive)."""
-    folder = images_cache_dir()
-    for pattern in ("sandbox-*.oci.tar", "sandbox-app-*.layer.tar", "sandbox-app-*.layer.json"):
-        for path in folder.glob(pattern):
-            if path not in keep:
-                path.unlink(missing_ok=True)

@@ -1,0 +1,348 @@
+"""Start the E2B gateway and what it serves, for the gateway's integration, acceptance, e2e tests.
+
+Several suites run the same stack around the gateway: the controller with the extension
+controllers (as its generated RBAC), local ``sandboxd`` daemons standing in for the sandboxes'
+envd on kwok, ``agent-sandbox-gateway serve`` as a ServiceAccount bound only to the gateway's
+generated ClusterRole, a tenant API key and a SandboxTemplate with a warm pool. The pieces live
+here once so that every suite starts them the same way.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.gateway import rbacgen
+from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
+from kube_agent_sandbox.testing.cluster import free_port
+from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
+from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
+from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
+
+#: The ``agent-sandbox-gateway`` script of the running interpreter's environment.
+GATEWAY_BIN = Path(sys.executable).parent / "agent-sandbox-gateway"
+#: envd's port in every sandbox (``sandboxd`` serves it).
+ENVD_PORT = 49983
+#: The code interpreter's port in a code-interpreter sandbox.
+INTERPRETER_PORT = 49999
+_KEY = re.compile(r"\be2b_[0-9a-f]{40}\b")
+
+
+def http_status(url: str) -> int:
+    """The status of a GET of ``url``; 0 when nothing answers.
+
+    Args:
+        url: The URL.
+
+    Returns:
+        The HTTP status code, or 0 if the connection failed.
+    """
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return 0
+
+
+def accepts(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` accepts connections."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def gateway_cluster_role() -> dict[str, Any]:
+    """The gateway's generated ClusterRole (as ``manifests/components/gateway`` holds it)."""
+    role: dict[str, Any] = yaml.safe_load(
+        rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1]
+    )
+    return role
+
+
+def gateway_identity(runner: ControllerRunner, *, namespace: str) -> Identity:
+    """The ``agent-sandbox-gateway`` ServiceAccount bound only to the generated ClusterRole.
+
+    Args:
+        runner: The harness that creates identities.
+        namespace: Namespace of the ServiceAccount.
+
+    Returns:
+        The identity (its kubeconfig authenticates as the ServiceAccount).
+    """
+    return runner.identity(
+        "agent-sandbox-gateway",
+        namespace=namespace,
+        cluster_roles=[rbacgen.GATEWAY_ROLE],
+        rbac=[gateway_cluster_role()],
+    )
+
+
+def gateway_argv(
+    *,
+    port: int,
+    kubeconfig: str,
+    secret_file: Path,
+    namespace: str | None = None,
+    pod_address_override: str | None = None,
+    port_map: Mapping[int, int] | None = None,
+) -> list[str]:
+    """The command line of ``agent-sandbox-gateway serve``.
+
+    Args:
+        port: Port to listen on (127.0.0.1).
+        kubeconfig: Kubeconfig path (or the runner's ``{kubeconfig}`` placeholder).
+        secret_file: File holding the HMAC secret.
+        namespace: The only namespace to serve; all namespaces if None.
+        pod_address_override: Address that replaces every pod IP (testing only).
+        port_map: Sandbox port -> local port (testing only).
+
+    Returns:
+        The argv.
+    """
+    argv = [
+        str(GATEWAY_BIN),
+        "serve",
+        f"--listen=127.0.0.1:{port}",
+        f"--kubeconfig={kubeconfig}",
+    ]
+    if namespace is not None:
+        argv.append(f"--namespace={namespace}")
+    argv.append(f"--hmac-secret-file={secret_file}")
+    if pod_address_override is not None:
+        argv.append(f"--pod-address-override={pod_address_override}")
+    if port_map:
+        argv.append("--pod-port-map=" + ",".join(f"{k}={v}" for k, v in sorted(port_map.items())))
+    return argv
+
+
+def write_hmac_secret(path: Path) -> Path:
+    """Write a fresh random HMAC secret to ``path`` and return it."""
+    path.write_text(secrets.token_hex(32))
+    return path
+
+
+def wait_gateway_healthy(
+    url: str, *, process: ManagedProcess, what: str = "gateway /health"
+) -> None:
+    """Wait until the gateway at ``url`` answers ``/health`` with 200 (its caches synced).
+
+    Raises:
+        ProcessFailedError: If the gateway exits or does not become healthy within 60 s.
+    """
+    wait_until(lambda: http_status(f"{url}/health") == 200, timeout=60, what=what, process=process)
+
+
+def start_gateway(
+    runner: ControllerRunner,
+    *,
+    namespace: str,
+    workdir: Path,
+    watch_namespace: str | None = None,
+    pod_address_override: str | None = None,
+    port_map: Mapping[int, int] | None = None,
+) -> tuple[ManagedProcess, str]:
+    """``agent-sandbox-gateway serve`` as its generated RBAC, once ``/health`` answers.
+
+    Args:
+        runner: The harness that runs the command as the gateway's ServiceAccount.
+        namespace: Namespace of the ServiceAccount.
+        workdir: Folder for the HMAC secret file.
+        watch_namespace: The only namespace to serve; all namespaces if None.
+        pod_address_override: Address that replaces every pod IP (testing only).
+        port_map: Sandbox port -> local port (testing only).
+
+    Returns:
+        The process and the gateway's URL.
+    """
+    identity = gateway_identity(runner, namespace=namespace)
+    secret_file = write_hmac_secret(workdir / "hmac-key")
+    port = free_port()
+    argv = gateway_argv(
+        port=port,
+        kubeconfig="{kubeconfig}",
+        secret_file=secret_file,
+        namespace=watch_namespace,
+        pod_address_override=pod_address_override,
+        port_map=port_map,
+    )
+    process = runner.start_command(argv, identity=identity, name="gateway")
+    url = f"http://127.0.0.1:{port}"
+    wait_gateway_healthy(url, process=process, what="gateway /health (caches synced)")
+    return process, url
+
+
+def create_key(kubeconfig: Path | str, namespace: str) -> str:
+    """A tenant API key made with ``agent-sandbox-gateway keys create`` (as a user would).
+
+    Args:
+        kubeconfig: Admin kubeconfig.
+        namespace: The tenant's namespace.
+
+    Returns:
+        The key (``e2b_`` and 40 hex digits).
+    """
+    result = subprocess.run(
+        [
+            str(GATEWAY_BIN),
+            "keys",
+            "create",
+            f"--namespace={namespace}",
+            f"--kubeconfig={kubeconfig}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    found = _KEY.findall(result.stdout)
+    assert len(found) == 1, f"expected one key in the output: {result.stdout!r}"
+    # The key is shown once and never logged.
+    assert found[0] not in result.stderr
+    return str(found[0])
+
+
+def start_controller(
+    runner: ControllerRunner, *, namespace: str, repo_root: Path
+) -> ManagedProcess:
+    """``agent-sandbox-controller --extensions`` as its generated RBAC, once ``/readyz`` answers.
+
+    Args:
+        runner: The harness that runs the command as the controller's ServiceAccount (it
+            creates ``namespace``).
+        namespace: Namespace of the ServiceAccount.
+        repo_root: The repository root (for ``manifests/rbac``).
+
+    Returns:
+        The controller's process.
+    """
+    rbac = repo_root / "manifests" / "rbac"
+    identity = runner.identity(
+        "agent-sandbox-controller",
+        namespace=namespace,
+        cluster_roles=["agent-sandbox-controller", "agent-sandbox-controller-extensions"],
+        rbac=[
+            *load_manifests(rbac / "role.generated.yaml"),
+            *load_manifests(rbac / "extensions" / "role.generated.yaml"),
+        ],
+    )
+    health = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "kube_agent_sandbox.controller",
+        "--kubeconfig={kubeconfig}",
+        "--extensions",
+        "--leader-elect=false",
+        "--enable-webhook=false",
+        f"--metrics-bind-address=127.0.0.1:{free_port()}",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+    ]
+    process = runner.start_command(argv, identity=identity, name="controller")
+    wait_until(
+        lambda: http_status(f"http://127.0.0.1:{health}/readyz") == 200,
+        timeout=90,
+        what="controller /readyz",
+        process=process,
+    )
+    return process
+
+
+def start_daemon(
+    supervisor: ProcessSupervisor, name: str, argv: Sequence[str], *, cwd: Path
+) -> tuple[ManagedProcess, int]:
+    """A local daemon (``python -m <argv> --port <free port>``), once its port accepts.
+
+    Args:
+        supervisor: Starts and later stops the process.
+        name: The process's name (for restarts and logs).
+        argv: The module and its arguments after ``python -m``.
+        cwd: Working directory.
+
+    Returns:
+        The process and its port.
+    """
+    port = free_port()
+    process = supervisor.start(name, [sys.executable, "-m", *argv, "--port", str(port)], cwd=cwd)
+    wait_until(lambda: accepts(port), timeout=60, what=name, process=process)
+    return process, port
+
+
+def warm_template(
+    name: str,
+    *,
+    template_spec: Mapping[str, Any],
+    replicas: int = 1,
+    namespace: str | None = None,
+) -> list[dict[str, Any]]:
+    """A SandboxTemplate and a SandboxWarmPool of ``replicas`` members, both called ``name``.
+
+    Args:
+        name: Name of both objects (the E2B template id).
+        template_spec: The SandboxTemplate's spec.
+        replicas: Warm members.
+        namespace: Namespace in the objects' metadata; none (apply sets it) if None.
+
+    Returns:
+        The two objects.
+    """
+    metadata: dict[str, str] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return [
+        {
+            "apiVersion": c.EXTENSIONS_API_VERSION,
+            "kind": c.KIND_SANDBOX_TEMPLATE,
+            "metadata": dict(metadata),
+            "spec": dict(template_spec),
+        },
+        {
+            "apiVersion": c.EXTENSIONS_API_VERSION,
+            "kind": c.KIND_SANDBOX_WARM_POOL,
+            "metadata": dict(metadata),
+            "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": name}},
+        },
+    ]
+
+
+def kwok_template_spec(image: str) -> dict[str, Any]:
+    """A SandboxTemplate spec of one container ``sandbox`` (kwok runs nothing of it)."""
+    return {"podTemplate": {"spec": {"containers": [{"name": "sandbox", "image": image}]}}}
+
+
+def wait_warm_pool_ready(
+    cluster: ClusterAccess,
+    name: str,
+    *,
+    namespace: str,
+    replicas: int = 1,
+    timeout: float = 90,
+    what: str = "a Ready warm member",
+) -> None:
+    """Wait until the SandboxWarmPool ``name`` reports ``replicas`` ready members.
+
+    Raises:
+        WaitTimeoutError: If it does not within ``timeout`` seconds.
+    """
+    wait_for_object(
+        cluster.api_client(),
+        ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_WARM_POOL, name, namespace),
+        lambda o: int((o.get("status") or {}).get("readyReplicas") or 0) >= replicas,
+        timeout=timeout,
+        what=what,
+    )
