@@ -21,19 +21,14 @@ import functools
 import logging
 import re
 import secrets
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import e2b
 import pytest
-import yaml
 from kubernetes import client
 
 from kube_agent_sandbox.api import constants as c
@@ -43,20 +38,18 @@ from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
 from kube_agent_sandbox.controller.runtime.manager import Manager
 from kube_agent_sandbox.extensions.idle import setup as idle_setup
-from kube_agent_sandbox.gateway import rbacgen
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.gateway import create_key, start_gateway
 from kube_agent_sandbox.testing.images.sandbox import sandbox_image
 from kube_agent_sandbox.testing.node.workload import SandboxHandle
-from kube_agent_sandbox.testing.processes import ManagedProcess, wait_until
+from kube_agent_sandbox.testing.processes import wait_until
 from kube_agent_sandbox.testing.waiting import condition_status, wait_for_object
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 _log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 ENVD_PORT = 49983
 TEMPLATE = "persist"
 MOUNT = "/data"
@@ -103,32 +96,6 @@ def _template(image: str) -> dict[str, Any]:
     }
 
 
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
-
-
-def _create_key(cluster: ClusterAccess, namespace: str) -> str:
-    created = subprocess.run(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "keys",
-            "create",
-            f"--namespace={namespace}",
-            f"--kubeconfig={cluster.kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    (key,) = re.findall(r"\be2b_[0-9a-f]{40}\b", created.stdout)
-    return str(key)
-
-
 async def _run_idle(kubeconfig: Path, *, namespace: str) -> None:
     options = ControllerOptions(extensions=True, idle_shutdown=True, idle_min_timeout=1.0)
     async with ApiClient(load_kubeconfig(str(kubeconfig))) as api:
@@ -150,36 +117,6 @@ def _start_idle_reconciler(controller_runner: ControllerRunner, namespace: str) 
     controller_runner.start(
         functools.partial(_run_idle, namespace=namespace), identity=identity, name="idle"
     )
-
-
-def _start_gateway(
-    controller_runner: ControllerRunner, namespace: str, tmp_path: Path
-) -> tuple[str, ManagedProcess]:
-    role = yaml.safe_load(rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1])
-    identity = controller_runner.identity(
-        "agent-sandbox-gateway",
-        namespace=namespace,
-        cluster_roles=[rbacgen.GATEWAY_ROLE],
-        rbac=[role],
-    )
-    secret_file = tmp_path / "hmac-key"
-    secret_file.write_text(secrets.token_hex(32))
-    port = free_port()
-    process = controller_runner.start_command(
-        [
-            str(BIN / "agent-sandbox-gateway"),
-            "serve",
-            f"--listen=127.0.0.1:{port}",
-            "--kubeconfig={kubeconfig}",
-            f"--namespace={namespace}",
-            f"--hmac-secret-file={secret_file}",
-        ],
-        identity=identity,
-        name="gateway",
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _status(f"{url}/health") == 200, timeout=60, what="gateway", process=process)
-    return url, process
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, str]:
@@ -226,8 +163,10 @@ def test_the_sdk_waits_while_the_gateway_resumes_an_idle_sandbox(
     real_node_environment.node.import_image(image)
     cluster.apply([_template(image.reference)], namespace=namespace)
     _start_idle_reconciler(controller_runner, namespace)
-    key = _create_key(cluster, namespace)
-    url, gateway = _start_gateway(controller_runner, namespace, tmp_path)
+    key = create_key(cluster.kubeconfig, namespace)
+    gateway, url = start_gateway(
+        controller_runner, namespace=namespace, workdir=tmp_path, watch_namespace=namespace
+    )
 
     started = time.monotonic()
     sandbox = e2b.Sandbox.create(
