@@ -621,9 +621,11 @@ def test_rendering_applies_server_side_and_grants_the_generated_rules(
         assert checked > 20
         lease = {"group": "coordination.k8s.io", "resource": "leases"}
         secret = {"group": "", "resource": "secrets"}
+        assert _allowed(api, account, namespace=namespace, verb="get", **lease, name=LEASE)
+        # Lease writes only in the release namespace and only on the election Lease (the idle
+        # reconciler reads heartbeat Leases everywhere, so reads are not confined).
         for verb, attrs in (
             ("create", lease),
-            ("get", {**lease, "name": LEASE}),
             ("update", {**lease, "name": LEASE}),
             ("create", secret),
             ("get", {**secret, "name": "agent-sandbox-webhook-certs"}),
@@ -631,7 +633,7 @@ def test_rendering_applies_server_side_and_grants_the_generated_rules(
             assert _allowed(api, account, namespace=namespace, verb=verb, **attrs), (verb, attrs)
             # Only in the release namespace.
             assert not _allowed(api, account, namespace="default", verb=verb, **attrs)
-        assert not _allowed(api, account, namespace=namespace, verb="get", **lease, name="x")
+        assert not _allowed(api, account, namespace=namespace, verb="update", **lease, name="x")
         assert not _allowed(api, account, namespace=namespace, verb="list", **secret)
     finally:
         cluster.kubectl(

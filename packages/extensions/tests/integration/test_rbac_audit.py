@@ -70,6 +70,9 @@ _WHY: dict[str, str] = {
     "series (the same event repeated within the dedupe window) and core/v1 events are the "
     f"fallback of upstream's recorder, {_PARITY}",
     "parity": f"never requested by this implementation; {_PARITY}",
+    "idle": "the idle reconciler runs only with the opt-in --idle-shutdown, which this run "
+    "leaves off: it watches heartbeat Leases and reads PodMetrics for its CPU veto "
+    "(test_idle_shutdown.py runs it under these rules)",
 }
 _GRANTS: dict[str, list[Grant]] = {
     "webhook": [
@@ -125,6 +128,11 @@ _GRANTS: dict[str, list[Grant]] = {
         ("update", "", "events"),
         ("patch", "events.k8s.io", "events"),
         ("update", "events.k8s.io", "events"),
+    ],
+    "idle": [
+        ("list", "coordination.k8s.io", "leases"),
+        ("watch", "coordination.k8s.io", "leases"),
+        ("get", "metrics.k8s.io", "pods"),
     ],
     "parity": [
         ("patch", "", "persistentvolumeclaims"),
