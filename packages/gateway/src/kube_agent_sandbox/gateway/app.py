@@ -9,7 +9,6 @@ header (``E2B_SANDBOX_URL`` set, the SDK's default against a plain URL), or its 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
+from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.state import HEARTBEAT_PATH, GatewayState
 
@@ -80,24 +80,6 @@ def is_data_plane(scope: Scope, domain: str | None) -> bool:
     return by_header and scope.get("path") != HEARTBEAT_PATH
 
 
-async def _no_data_plane(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] != "http":
-        return
-    response = e2b_error(502, "the gateway's data plane is not available")
-    await response(scope, receive, send)
-
-
-def data_plane_app(state: GatewayState) -> ASGIApp:
-    """The data-plane ASGI app (``dataplane.router.DataPlane``), or a 502 stand-in."""
-    try:
-        router = importlib.import_module("kube_agent_sandbox.gateway.dataplane.router")
-    except ImportError as exc:
-        logger.warning("data plane not available: %s", exc)
-        return _no_data_plane
-    app: ASGIApp = router.DataPlane(state)
-    return app
-
-
 class DataPlaneDispatch:
     """ASGI middleware: sandbox-addressed requests go to the data plane, others on.
 
@@ -123,7 +105,7 @@ def data_plane_of(state: GatewayState) -> ASGIApp:
     """The data-plane app of ``state``, built on first use (after the state started)."""
     app = getattr(state, "data_plane", None)
     if app is None:
-        app = data_plane_app(state)
+        app = DataPlane(state)
         state.data_plane = app
     return app
 

@@ -5,18 +5,16 @@ Sandboxes, sandbox Pods, API-key Secrets), the :class:`SandboxIndex` over them, 
 the token issuer and the idle-shutdown helpers. The app's lifespan calls :meth:`start` and
 :meth:`stop`; tests may pass their own client (e.g. ``FakeApi``).
 
-Idle-shutdown hooks (modules of their own, optional): when importable,
-``kube_agent_sandbox.gateway.activity.ActivityTracker(state)`` becomes :attr:`activity` and
-``kube_agent_sandbox.gateway.resume.Resumer(state)`` becomes :attr:`resumer`; each may have
-``async start()``/``async stop()``, called after the caches synced and before they stop.
-Until then no-op stand-ins (:class:`NullActivity`, :class:`BasicResumer`) serve.
+Idle shutdown: :attr:`activity` (:class:`~kube_agent_sandbox.gateway.activity.ActivityTracker`,
+the debounced heartbeat Leases) and :attr:`resumer`
+(:class:`~kube_agent_sandbox.gateway.resume.Resumer`, single-flight resume) are started after
+the caches synced and stopped before they stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 from typing import Any, Protocol
 
@@ -26,12 +24,14 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import ApiClient, Client, load_config
 from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
 from kube_agent_sandbox.controller.runtime.types import ListWatcher
+from kube_agent_sandbox.gateway.activity import ActivityTracker
 from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.envd import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
 from kube_agent_sandbox.gateway.resources import PODS, SANDBOX_CLAIMS, SANDBOXES, SECRETS
+from kube_agent_sandbox.gateway.resume import Resumer
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret
 
@@ -73,60 +73,6 @@ class Resume(Protocol):
         ...
 
 
-class NullActivity:
-    """Records nothing (until the idle-shutdown tracker is installed)."""
-
-    def request_started(self, record: SandboxRecord) -> None:
-        """Ignore the signal."""
-
-    def stream_opened(self, record: SandboxRecord) -> None:
-        """Ignore the signal."""
-
-    def stream_closed(self, record: SandboxRecord) -> None:
-        """Ignore the signal."""
-
-
-class BasicResumer:
-    """Resume without single-flight: set ``operatingMode: Running``, wait Ready, ``/init``.
-
-    Args:
-        state: the gateway state.
-    """
-
-    def __init__(self, state: GatewayState) -> None:
-        self.state = state
-
-    async def resume(self, record: SandboxRecord) -> SandboxRecord:
-        """Resume ``record``'s Sandbox and return its Ready record.
-
-        Raises:
-            TimeoutError: if it is not Ready within the create timeout.
-            LookupError: if the sandbox vanished or has no Sandbox object.
-        """
-        if record.sandbox is None:
-            raise LookupError(f"sandbox {record.sandbox_id} has no Sandbox object")
-        if record.suspended:
-            await self.state.api.patch(
-                SANDBOXES,
-                record.namespace,
-                record.sandbox["metadata"]["name"],
-                {
-                    "spec": {"operatingMode": c.OPERATING_MODE_RUNNING},
-                    "metadata": {"annotations": {c.ANNOTATION_SUSPENDED_BY: None}},
-                },
-            )
-        fresh = await self.state.index.wait_for(
-            record.sandbox_id,
-            lambda r: r is None or r.ready,
-            namespace=record.namespace,
-            within=self.state.options.create_timeout_seconds,
-        )
-        if fresh is None:
-            raise LookupError(f"sandbox {record.sandbox_id} was deleted while resuming")
-        await self.state.init_sandbox(fresh, env_vars=None)
-        return fresh
-
-
 class GatewayState:
     """Shared state of one gateway process.
 
@@ -150,11 +96,11 @@ class GatewayState:
         self.informers: dict[str, Informer] = {}
         self._index: SandboxIndex | None = None
         self._tenants: Tenants | None = None
-        self.activity: Any = NullActivity()
-        self.resumer: Any = BasicResumer(self)
+        self.activity = ActivityTracker(self)
+        self.resumer = Resumer(self)
         self.creates: dict[tuple[str, str], asyncio.Future[str]] = {}
         """In-flight creates by ``(namespace, Idempotency-Key)`` -> future of the sandbox id."""
-        self._helpers: list[Any] = []
+        self._helpers: list[Any] = [self.activity, self.resumer]
         self.http: httpx.AsyncClient | None = None
         """The HTTP client of the gateway's own calls to daemons (``/init``)."""
         self.data_plane: Any = None
@@ -242,26 +188,12 @@ class GatewayState:
             informer.start()
         async with asyncio.timeout(CACHE_SYNC_TIMEOUT):
             await asyncio.gather(*(i.wait_for_sync() for i in self.informers.values()))
-        self.activity = self._optional_helper("activity", "ActivityTracker") or NullActivity()
-        self.resumer = self._optional_helper("resume", "Resumer") or BasicResumer(self)
         for helper in self._helpers:
             start = getattr(helper, "start", None)
             if start is not None:
                 await start()
         self.started = True
         logger.info("gateway caches synced (namespace: %s)", self.options.namespace or "all")
-
-    def _optional_helper(self, module: str, name: str) -> Any:
-        try:
-            mod = importlib.import_module(f"kube_agent_sandbox.gateway.{module}")
-        except ImportError:
-            return None
-        factory = getattr(mod, name, None)
-        if factory is None:
-            return None
-        helper = factory(self)
-        self._helpers.append(helper)
-        return helper
 
     async def stop(self) -> None:
         """Stop the helpers and the caches; close the client if this state made it."""
@@ -272,7 +204,6 @@ class GatewayState:
                     await stop()
                 except Exception:
                     logger.exception("stopping %r failed", helper)
-        self._helpers.clear()
         if self.http is not None:
             await self.http.aclose()
             self.http = None

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kube_agent_sandbox.gateway.activity import heartbeat_route
 from kube_agent_sandbox.gateway.controlplane.create import create_sandbox
 from kube_agent_sandbox.gateway.controlplane.lifecycle import connect, kill, pause, set_timeout
 from kube_agent_sandbox.gateway.controlplane.query import get_metrics, get_sandbox, list_sandboxes
@@ -32,15 +33,8 @@ def control_plane_routes(state: GatewayState) -> list[Route]:
         return JSONResponse({"status": "ok"})
 
     sid = "{sandbox_id}"
-    extra: list[Route] = []
-    try:
-        from kube_agent_sandbox.gateway.activity import heartbeat_route
-    except ImportError:  # idle shutdown not installed: no heartbeat endpoint
-        pass
-    else:
-        extra.append(heartbeat_route(state))
     return [
-        *extra,
+        heartbeat_route(state),
         Route("/health", health, methods=["GET"]),
         Route("/v2/sandboxes", bind(create_sandbox), methods=["POST"]),
         Route("/sandboxes", bind(create_sandbox), methods=["POST"]),
