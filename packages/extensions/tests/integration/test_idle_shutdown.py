@@ -113,10 +113,15 @@ class TestIdleShutdown:
         elapsed = time.monotonic() - started
         assert suspended["metadata"]["annotations"][c.ANNOTATION_SUSPENDED_BY] == "idle"
         assert elapsed < 30
+
+        # The Event is queued by the recorder and written after the patch: wait for it.
+        async def idle_events() -> list[Obj] | None:
+            events = await env.events_regarding("Sandbox", "idle")
+            found = [e for e in events if e.get("reason") == "IdleSuspended"]
+            return found or None
+
+        assert len(await env.until(idle_events, "an IdleSuspended Event")) == 1
         # Exactly one suspend: the Sandbox moved to Suspended once and was left there.
-        events = await env.events_regarding("Sandbox", "idle")
-        reasons = [e.get("reason") for e in events]
-        assert reasons.count("IdleSuspended") == 1
         assert ready["metadata"]["generation"] + 1 == suspended["metadata"]["generation"]
 
         async def pod_terminated() -> bool:

@@ -371,7 +371,9 @@ async def test_kill(gateway: Gateway) -> None:
     response = await gateway.client.delete(f"/sandboxes/{sid}", headers=gateway.headers())
     assert response.status_code == 204
     assert gateway.api.obj(SANDBOX_CLAIMS, sid, TENANT) is None
-    await asyncio.sleep(0.05)
+    # read-your-writes: the answer comes after the gateway's own cache has seen the delete
+    detail = await gateway.client.get(f"/sandboxes/{sid}", headers=gateway.headers())
+    assert detail.status_code == 404
     again = await gateway.client.delete(f"/sandboxes/{sid}", headers=gateway.headers())
     assert again.status_code == 404
 

@@ -206,5 +206,8 @@ async def kill(request: Request, state: GatewayState) -> Response:
         if exc.not_found:
             return sandbox_not_found(record.sandbox_id)
         return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+    # The pod outlives the claim for a moment (garbage collection): until the cache has seen
+    # the delete, the data plane would still route to it and ``is_running()`` say True.
+    await _cache_caught_up(state, record)
     logger.info("sandbox %s/%s killed", record.namespace, record.sandbox_id)
     return Response(status_code=204)
