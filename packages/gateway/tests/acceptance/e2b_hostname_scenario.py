@@ -1,7 +1,8 @@
 """The hostname scenario: an unmodified E2B client that knows only a domain, over HTTPS.
 
 Like ``e2b_scenario.py`` this program imports nothing of this project (only ``e2b`` and the
-standard library), so it runs in any virtualenv holding a release of the real SDK. It is
+standard library, and ``e2b_code_interpreter`` for its last step), so it runs in any
+virtualenv holding a release of the real SDK. It is
 configured the way the SDK's durable setup is (``sandbox_url`` is deprecated): ``E2B_DOMAIN``
 and ``E2B_API_KEY`` only, no ``E2B_API_URL``, no ``E2B_SANDBOX_URL``, no ``E2B_DEBUG``. The SDK
 therefore calls the control plane at ``https://api.<domain>`` and each sandbox at
@@ -13,10 +14,13 @@ Steps: create, ``commands.run`` (stdout), ``files.write``/``read``, then three r
 probes with the standard library that show what decides the route (the SDK itself always
 adds ``E2b-Sandbox-Id``/``E2b-Sandbox-Port`` headers too): a request naming the sandbox by its
 host only, one whose headers name an unknown sandbox while its host names this one, and one
-whose host names an unknown sandbox; then ``kill``. It prints ONE JSON object on stdout: what
-each step observed (values, not verdicts); exit status 0 means "the JSON was written".
+whose host names an unknown sandbox; then ``kill``; then ``run_code`` of
+``e2b_code_interpreter`` (port 49999, its own host name). It prints ONE JSON object on
+stdout: what each step observed (values, not verdicts); exit status 0 means "the JSON was
+written".
 
-Optional: ``SCENARIO_WORKDIR`` (``/home/user``), ``SCENARIO_TEMPLATE`` (``base``).
+Optional: ``SCENARIO_WORKDIR`` (``/home/user``), ``SCENARIO_TEMPLATE`` (``base``),
+``SCENARIO_CI_TEMPLATE`` (``code-interpreter-v1``), ``SCENARIO_SKIP_CODE_INTERPRETER=1``.
 """
 
 from __future__ import annotations
@@ -37,8 +41,16 @@ import e2b
 
 WORKDIR = os.environ.get("SCENARIO_WORKDIR", "/home/user").rstrip("/") or "/"
 TEMPLATE = os.environ.get("SCENARIO_TEMPLATE", "base")
+CI_TEMPLATE = os.environ.get("SCENARIO_CI_TEMPLATE", "code-interpreter-v1")
 ENVD_PORT = 49983
 UNKNOWN_ID = "zzzzzzzzzzzzzzzzzzzz"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _step(steps: dict[str, Any], name: str, body: Callable[[], Any]) -> Any:
@@ -130,17 +142,40 @@ def run(steps: dict[str, Any]) -> None:
     _step(steps, "is_running", sandbox.is_running)
     _step(steps, "kill", sandbox.kill)
     _step(steps, "is_running_after_kill", sandbox.is_running)
+    if os.environ.get("SCENARIO_SKIP_CODE_INTERPRETER") != "1":
+        run_code_interpreter(steps)
+
+
+def run_code_interpreter(steps: dict[str, Any]) -> None:
+    """``run_code`` on ``https://49999-<id>.<domain>`` (the code interpreter's own port)."""
+    try:
+        from e2b_code_interpreter import Sandbox as CodeSandbox
+    except ImportError as err:
+        steps["ci_create"] = {"error": f"ImportError: {err}"}
+        return
+    sandbox = _step(steps, "ci_create", lambda: CodeSandbox.create(template=CI_TEMPLATE))
+    if sandbox is None:
+        return
+    steps["ci_create"] = {"sandbox_id": sandbox.sandbox_id, "host": sandbox.get_host(49999)}
+    try:
+        _step(steps, "ci_value", lambda: sandbox.run_code("x = 6 * 7\nx").text)
+    finally:
+        _step(steps, "ci_kill", sandbox.kill)
 
 
 def main() -> int:
     """Run the scenario and print the JSON object; 0 once it is written."""
     steps: dict[str, Any] = {}
     run(steps)
-    try:
-        version: str | None = metadata.version("e2b")
-    except metadata.PackageNotFoundError:
-        version = None
-    report = {"versions": {"python": sys.version.split()[0], "e2b": version}, "steps": steps}
+    version = _version("e2b")
+    report = {
+        "versions": {
+            "python": sys.version.split()[0],
+            "e2b": version,
+            "e2b_code_interpreter": _version("e2b-code-interpreter"),
+        },
+        "steps": steps,
+    }
     sys.stdout.write(json.dumps(report, default=str) + "\n")
     return 0
 

@@ -3,9 +3,10 @@
 Without ``sandbox_url`` (deprecated since e2b 2.63.0) the SDK calls ``https://api.<domain>``
 and ``https://<port>-<sandboxID>.<domain>``, the ``domain`` coming from the create response.
 A second gateway of the session's stack serves HTTPS itself (``--tls-cert-file``,
-``--tls-key-file``) with ``--domain=sandbox.test``; ``e2b_hostname_scenario.py`` runs under
-each SDK release (the workspace's newest and 2.45.1) with ``E2B_DOMAIN`` and ``E2B_API_KEY``
-only. Offline stand-ins, in the scenario's environment only:
+``--tls-key-file``) with ``--domain=sandbox.test``; ``e2b_hostname_scenario.py`` (create,
+commands, files, kill, and ``run_code`` on port 49999's host name) runs under each SDK release
+(the workspace's newest and 2.45.1) with ``E2B_DOMAIN`` and ``E2B_API_KEY`` only. Offline
+stand-ins, in the scenario's environment only:
 
 * trust: a throwaway CA that signed a ``*.sandbox.test`` certificate, given as
   ``SSL_CERT_FILE`` (the SDK's reqwest stack reads it with the system trust store; without it
@@ -159,13 +160,17 @@ def test_every_connection_went_to_a_name_under_the_domain(scenario: dict[str, An
     """The tunnel saw the control plane's and the sandbox's names, on port 443, and nothing
     else: no request of the run could have used a plain gateway URL."""
     sid = _step(scenario, "create")["sandbox_id"]
+    ci_sid = _step(scenario, "ci_create")["sandbox_id"]
     connects = set(scenario["connects"])
     assert f"api.{DOMAIN}:443" in connects
     assert f"49983-{sid}.{DOMAIN}:443" in connects
+    assert f"49999-{ci_sid}.{DOMAIN}:443" in connects
     assert connects <= {
         f"api.{DOMAIN}:443",
         f"49983-{sid}.{DOMAIN}:443",
         f"49983-zzzzzzzzzzzzzzzzzzzz.{DOMAIN}:443",  # the unknown-host probe
+        f"49983-{ci_sid}.{DOMAIN}:443",
+        f"49999-{ci_sid}.{DOMAIN}:443",
     }, connects
     assert scenario["refused"] == []
 
@@ -197,3 +202,10 @@ def test_is_running_and_kill(scenario: dict[str, Any]) -> None:
     assert _step(scenario, "is_running") is True
     assert _step(scenario, "kill") is True
     assert _step(scenario, "is_running_after_kill") is False
+
+
+def test_run_code_on_the_code_interpreters_host_name(scenario: dict[str, Any]) -> None:
+    created = _step(scenario, "ci_create")
+    assert created["host"] == f"49999-{created['sandbox_id']}.{DOMAIN}"
+    assert _step(scenario, "ci_value") == "42"
+    assert _step(scenario, "ci_kill") is True
