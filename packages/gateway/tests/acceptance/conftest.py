@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -73,6 +73,9 @@ class GatewayStack:
     gateway: ManagedProcess
     supervisor: ProcessSupervisor
     envd_port: int
+    runner: ControllerRunner
+    port_map: dict[int, int]
+    extra_logs: list[ManagedProcess] = field(default_factory=list)
 
     def fresh_sandboxd(self) -> None:
         """Restart the local sandboxd, so the next sandbox's ``/init`` meets a new daemon.
@@ -86,7 +89,7 @@ class GatewayStack:
 
     def logs(self) -> str:
         """The tails of the local processes' logs (for failure messages)."""
-        processes = [self.gateway, *self.supervisor.processes]
+        processes = [self.gateway, *self.extra_logs, *self.supervisor.processes]
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(40)}" for p in processes)
 
 
@@ -97,13 +100,17 @@ def _interpreter_module() -> str:
     return module
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gateway_stack(
     cluster: ClusterAccess,
     agent_sandbox_crds: list[str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GatewayStack]:
-    """The controller, the daemons, the gateway, a tenant with a key and warm templates."""
+    """The controller, the daemons, the gateway, a tenant with a key and warm templates.
+
+    One stack per session: every acceptance module's scenarios run against it (each
+    restarts ``sandboxd`` first, see :meth:`GatewayStack.fresh_sandboxd`).
+    """
     assert "sandboxwarmpools.extensions.agents.x-k8s.io" in agent_sandbox_crds
     if not GATEWAY_BIN.is_file():
         unavailable(f"{GATEWAY_BIN} is not installed (uv sync --all-packages)")
@@ -125,12 +132,13 @@ def gateway_stack(
         )
         # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
         # by their keys, which the cross-tenant test relies on.
+        port_map = {ENVD_PORT: envd_port, INTERPRETER_PORT: interpreter_port}
         gateway, url = start_gateway(
             runner,
             namespace=namespace,
             workdir=workdir,
             pod_address_override="127.0.0.1",
-            port_map={ENVD_PORT: envd_port, INTERPRETER_PORT: interpreter_port},
+            port_map=port_map,
         )
         # An unauthenticated control-plane call is refused.
         assert http_status(f"{url}/v2/sandboxes") == 401
@@ -157,6 +165,8 @@ def gateway_stack(
             gateway=gateway,
             supervisor=supervisor,
             envd_port=envd_port,
+            runner=runner,
+            port_map=port_map,
         )
     finally:
         supervisor.stop_all()

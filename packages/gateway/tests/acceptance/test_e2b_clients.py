@@ -9,10 +9,9 @@ them: ``E2B_API_URL`` and ``E2B_SANDBOX_URL`` (header routing) pointing at the g
 local cluster's kwok nodes; the data plane reaches a local ``sandboxd`` and code interpreter
 through the gateway's testing-only address override.
 
-Not covered here: the hostname form (``https://<port>-<id>.<domain>`` with ``E2B_DOMAIN``).
-The SDK builds it with ``https://`` and needs wildcard DNS, which an offline test cannot
-route to 127.0.0.1; the data plane's Host-header routing is unit-tested instead
-(``packages/gateway/tests/unit``), and the real node test uses the header form too.
+The hostname form (``https://<port>-<id>.<domain>`` with only ``E2B_DOMAIN``, no
+``E2B_SANDBOX_URL``) runs in ``test_e2b_hostnames.py`` against a second, HTTPS gateway of the
+same stack.
 
 Set ``GATEWAY_ACCEPTANCE_RESULTS=<dir>`` to keep each run's JSON (steps and timings).
 """

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
+from kube_agent_sandbox.gateway.dataplane.target import TargetError, host_name, names_a_sandbox
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.state import HEARTBEAT_PATH, GatewayState
 
@@ -62,6 +63,21 @@ def parse_host(host: str, domain: str | None) -> HostTarget | None:
     return HostTarget(port=port, sandbox_id=match["id"])
 
 
+def _under_domain(host: str, domain: str | None) -> bool:
+    """Whether ``host`` is ``<digits>-….<domain>``: a sandbox's name, even if malformed.
+
+    Such a request goes to the data plane, which refuses a bad port or id with 400, rather
+    than to the control plane (whose ``/health`` would answer for a sandbox that is none).
+    """
+    if domain is None:
+        return False
+    try:
+        name = host_name(host)
+    except TargetError:
+        return False
+    return names_a_sandbox(name, domain)
+
+
 def is_data_plane(scope: Scope, domain: str | None) -> bool:
     """Whether an HTTP/WebSocket request is addressed to a sandbox.
 
@@ -75,7 +91,7 @@ def is_data_plane(scope: Scope, domain: str | None) -> bool:
             by_header = True
         elif key == b"host":
             host = value.decode("latin-1")
-    if host and parse_host(host, domain) is not None:
+    if host and (parse_host(host, domain) is not None or _under_domain(host, domain)):
         return True
     return by_header and scope.get("path") != HEARTBEAT_PATH
 

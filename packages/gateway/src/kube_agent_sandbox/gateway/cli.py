@@ -1,6 +1,7 @@
 """The ``agent-sandbox-gateway`` command: ``serve`` the gateway, manage API ``keys``.
 
-``serve`` runs the ASGI app under uvicorn with the flags of :class:`GatewayOptions`.
+``serve`` runs the ASGI app under uvicorn with the flags of :class:`GatewayOptions`, over
+HTTPS when ``--tls-cert-file`` and ``--tls-key-file`` are given (checked before serving).
 ``keys create|list|revoke --namespace NS`` manages a tenant's API keys: a new key is written
 to standard output once (only its SHA-256 is stored) and never logged.
 """
@@ -23,6 +24,7 @@ from kube_agent_sandbox.gateway.config import (
     parse_listen,
     parse_port_map,
 )
+from kube_agent_sandbox.gateway.tls import check_tls_files
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--public-url", default=None, help="URL sandboxes reach the gateway at")
     serve.add_argument("--hmac-secret-file", default=None, help="file with the token secret")
     serve.add_argument(
+        "--tls-cert-file",
+        default=None,
+        help="PEM certificate (chain) to serve HTTPS with (e.g. for *.<domain>)",
+    )
+    serve.add_argument(
+        "--tls-key-file", default=None, help="PEM private key of --tls-cert-file (unencrypted)"
+    )
+    serve.add_argument(
         "--create-timeout", type=_positive, default=DEFAULT_CREATE_TIMEOUT_SECONDS, metavar="S"
     )
     serve.add_argument(
@@ -102,9 +112,10 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
     """:class:`GatewayOptions` from parsed ``serve`` arguments.
 
     Raises:
-        ValueError: if the values are inconsistent (e.g. a non-positive default timeout).
+        ValueError: if the values are inconsistent (e.g. a non-positive default timeout, only
+            one of the TLS files) or the TLS certificate and key cannot be loaded.
     """
-    return GatewayOptions(
+    options = GatewayOptions(
         listen=args.listen,
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
@@ -118,7 +129,11 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         init_timeout_seconds=args.init_timeout,
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
     )
+    check_tls_files(options)
+    return options
 
 
 def serve(options: GatewayOptions) -> None:
@@ -130,7 +145,22 @@ def serve(options: GatewayOptions) -> None:
 
     host, port = options.bind
     app = build_app(GatewayState(options))
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    logger.info(
+        "serving %s on %s:%d%s",
+        "HTTPS" if options.tls else "HTTP",
+        host,
+        port,
+        f" for *.{options.domain}" if options.domain else "",
+    )
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=options.tls_cert_file,
+        ssl_keyfile=options.tls_key_file,
+    )
 
 
 async def _keys(args: argparse.Namespace) -> int:

@@ -34,6 +34,9 @@ class GatewayOptions:
         init_timeout_seconds: budget of the daemon's ``/init`` call (with its retries).
         kube_api_qps: client-side API requests per second (``<= 0``: unlimited).
         kube_api_burst: client-side burst.
+        tls_cert_file: PEM certificate (chain) to serve HTTPS with; None = plain HTTP. Given
+            together with ``tls_key_file`` or not at all; read once at start (no reloading).
+        tls_key_file: PEM private key of ``tls_cert_file``.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -49,6 +52,8 @@ class GatewayOptions:
     init_timeout_seconds: float = 5.0
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.create_timeout_seconds <= 0:
@@ -59,9 +64,21 @@ class GatewayOptions:
             raise ValueError("init timeout must be positive")
         if self.domain is not None and (not self.domain or self.domain.startswith(".")):
             raise ValueError(f"invalid domain {self.domain!r}")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError(
+                "TLS needs both a certificate file and a key file (--tls-cert-file and"
+                " --tls-key-file), or neither"
+            )
+        if self.tls_cert_file == "" or self.tls_key_file == "":
+            raise ValueError("TLS certificate and key file names must not be empty")
         for port, local in self.pod_port_map.items():
             if not (0 < port < 65536 and 0 < local < 65536):
                 raise ValueError(f"invalid port mapping {port}={local}")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the gateway serves HTTPS (a certificate and key are configured)."""
+        return self.tls_cert_file is not None
 
     @property
     def bind(self) -> tuple[str, int]:

@@ -9,6 +9,7 @@ from kube_agent_sandbox.gateway.dataplane.target import (
     TargetError,
     from_host,
     host_name,
+    names_a_sandbox,
     resolve,
 )
 
@@ -29,9 +30,59 @@ def test_header_names_are_case_insensitive() -> None:
     assert resolve(headers, domain=None) == Target(SID, 49999)
 
 
-def test_headers_win_over_host() -> None:
+def test_a_host_under_the_domain_wins_over_headers() -> None:
+    """As E2B's proxy: the name the client connected to decides, not a header it added."""
     headers = h(e2b_sandbox_id=SID, e2b_sandbox_port="8080", host="49983-other.sbx.example.test")
+    assert resolve(headers, domain="sbx.example.test") == Target("other", 49983)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "gateway.example:8080",  # the Service name (E2B_SANDBOX_URL)
+        "127.0.0.1:8080",
+        "[::1]:8080",  # malformed as a host name: the headers decide
+        "api.sbx.example.test",  # the control plane's name under the domain
+        "my-gateway.sbx.example.test",  # a dash, but no <port>- label
+        "sbx.example.test",  # E2B's sandbox.<domain> form
+        "49983-other.elsewhere.test",  # another domain
+    ],
+)
+def test_headers_decide_for_any_other_host(host: str) -> None:
+    headers = h(e2b_sandbox_id=SID, e2b_sandbox_port="8080", host=host)
     assert resolve(headers, domain="sbx.example.test") == Target(SID, 8080)
+
+
+def test_without_a_domain_headers_win_over_host() -> None:
+    headers = h(e2b_sandbox_id=SID, e2b_sandbox_port="8080", host="49983-other.sbx.example.test")
+    assert resolve(headers, domain=None) == Target(SID, 8080)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        f"0-{SID}.sbx.example.test",
+        f"70000-{SID}.sbx.example.test",
+        f"049983-{SID}.sbx.example.test",
+        "49983-a-b.sbx.example.test",
+        "49983-.sbx.example.test",
+    ],
+)
+def test_a_malformed_sandbox_host_under_the_domain_is_refused_even_with_headers(
+    host: str,
+) -> None:
+    headers = h(e2b_sandbox_id=SID, e2b_sandbox_port="49983", host=host)
+    with pytest.raises(TargetError, match="invalid sandbox"):
+        resolve(headers, domain="sbx.example.test")
+
+
+def test_names_a_sandbox() -> None:
+    assert names_a_sandbox(f"49983-{SID}.sbx.example.test", "sbx.example.test")
+    assert names_a_sandbox("1-x.sbx.example.test", "SBX.example.test.")
+    assert not names_a_sandbox(f"49983-{SID}.sbx.example.test", "example.test")
+    assert not names_a_sandbox("api.sbx.example.test", "sbx.example.test")
+    assert not names_a_sandbox("a1-x.sbx.example.test", "sbx.example.test")
+    assert not names_a_sandbox("sbx.example.test", "sbx.example.test")
 
 
 @pytest.mark.parametrize(

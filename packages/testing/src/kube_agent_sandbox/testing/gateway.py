@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -39,17 +40,19 @@ INTERPRETER_PORT = 49999
 _KEY = re.compile(r"\be2b_[0-9a-f]{40}\b")
 
 
-def http_status(url: str) -> int:
+def http_status(url: str, *, cafile: Path | None = None) -> int:
     """The status of a GET of ``url``; 0 when nothing answers.
 
     Args:
         url: The URL.
+        cafile: CA bundle to verify an ``https://`` URL with (the system's if None).
 
     Returns:
         The HTTP status code, or 0 if the connection failed.
     """
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile is not None else None
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
             return int(response.status)
     except urllib.error.HTTPError as err:
         return int(err.code)
@@ -100,6 +103,8 @@ def gateway_argv(
     namespace: str | None = None,
     pod_address_override: str | None = None,
     port_map: Mapping[int, int] | None = None,
+    domain: str | None = None,
+    tls: tuple[Path, Path] | None = None,
 ) -> list[str]:
     """The command line of ``agent-sandbox-gateway serve``.
 
@@ -110,6 +115,8 @@ def gateway_argv(
         namespace: The only namespace to serve; all namespaces if None.
         pod_address_override: Address that replaces every pod IP (testing only).
         port_map: Sandbox port -> local port (testing only).
+        domain: Wildcard domain of ``<port>-<id>.<domain>`` (``--domain``); none if None.
+        tls: Certificate and key files to serve HTTPS with; plain HTTP if None.
 
     Returns:
         The argv.
@@ -127,6 +134,10 @@ def gateway_argv(
         argv.append(f"--pod-address-override={pod_address_override}")
     if port_map:
         argv.append("--pod-port-map=" + ",".join(f"{k}={v}" for k, v in sorted(port_map.items())))
+    if domain is not None:
+        argv.append(f"--domain={domain}")
+    if tls is not None:
+        argv += [f"--tls-cert-file={tls[0]}", f"--tls-key-file={tls[1]}"]
     return argv
 
 
@@ -137,14 +148,29 @@ def write_hmac_secret(path: Path) -> Path:
 
 
 def wait_gateway_healthy(
-    url: str, *, process: ManagedProcess, what: str = "gateway /health"
+    url: str,
+    *,
+    process: ManagedProcess,
+    what: str = "gateway /health",
+    cafile: Path | None = None,
 ) -> None:
     """Wait until the gateway at ``url`` answers ``/health`` with 200 (its caches synced).
+
+    Args:
+        url: The gateway's base URL.
+        process: The gateway's process (its exit ends the wait early).
+        what: What is awaited (for the error message).
+        cafile: CA bundle that verifies an ``https://`` gateway.
 
     Raises:
         ProcessFailedError: If the gateway exits or does not become healthy within 60 s.
     """
-    wait_until(lambda: http_status(f"{url}/health") == 200, timeout=60, what=what, process=process)
+    wait_until(
+        lambda: http_status(f"{url}/health", cafile=cafile) == 200,
+        timeout=60,
+        what=what,
+        process=process,
+    )
 
 
 def start_gateway(
@@ -155,16 +181,24 @@ def start_gateway(
     watch_namespace: str | None = None,
     pod_address_override: str | None = None,
     port_map: Mapping[int, int] | None = None,
+    domain: str | None = None,
+    tls: tuple[Path, Path] | None = None,
+    cafile: Path | None = None,
+    name: str = "gateway",
 ) -> tuple[ManagedProcess, str]:
     """``agent-sandbox-gateway serve`` as its generated RBAC, once ``/health`` answers.
 
     Args:
         runner: The harness that runs the command as the gateway's ServiceAccount.
         namespace: Namespace of the ServiceAccount.
-        workdir: Folder for the HMAC secret file.
+        workdir: Folder for the HMAC secret file (``hmac-key``).
         watch_namespace: The only namespace to serve; all namespaces if None.
         pod_address_override: Address that replaces every pod IP (testing only).
         port_map: Sandbox port -> local port (testing only).
+        domain: Wildcard domain of ``<port>-<id>.<domain>``; none if None.
+        tls: Certificate and key files: serve HTTPS (the URL is ``https://127.0.0.1:PORT``).
+        cafile: CA bundle that verifies the ``tls`` certificate (for the health wait).
+        name: Process name, unique per runner (log file ``<name>.log``).
 
     Returns:
         The process and the gateway's URL.
@@ -179,10 +213,14 @@ def start_gateway(
         namespace=watch_namespace,
         pod_address_override=pod_address_override,
         port_map=port_map,
+        domain=domain,
+        tls=tls,
     )
-    process = runner.start_command(argv, identity=identity, name="gateway")
-    url = f"http://127.0.0.1:{port}"
-    wait_gateway_healthy(url, process=process, what="gateway /health (caches synced)")
+    process = runner.start_command(argv, identity=identity, name=name)
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    wait_gateway_healthy(
+        url, process=process, what=f"{name} /health (caches synced)", cafile=cafile
+    )
     return process, url
 
 

@@ -1,0 +1,129 @@
+"""A gateway with ``--domain``: responses carry the domain, host names route through the app.
+
+The E2B SDK builds ``https://<port>-<id>.<domain>`` from the ``domain`` of the create/connect
+response (``E2B_DOMAIN`` is only its fallback), so every response must carry the gateway's
+domain. Requests then arrive with ``Host: api.<domain>`` (control plane) or
+``<port>-<id>.<domain>`` (data plane); these tests send them through the whole ASGI app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from gateway_fakes import OTHER, TENANT, FakeController, Gateway, add_pool
+
+from kube_agent_sandbox.controller.runtime import FakeApi
+from kube_agent_sandbox.gateway.app import build_app
+from kube_agent_sandbox.gateway.config import GatewayOptions
+from kube_agent_sandbox.gateway.resources import SECRETS
+from kube_agent_sandbox.gateway.state import GatewayState
+from kube_agent_sandbox.gateway.tenants import generate_key, key_secret
+from kube_agent_sandbox.gateway.tokens import Tokens
+
+DOMAIN = "sbx.example.test"
+API = f"api.{DOMAIN}"
+
+
+@contextlib.asynccontextmanager
+async def _gateway_with_domain() -> AsyncIterator[Gateway]:
+    api = FakeApi()
+    key, other_key = generate_key(), generate_key()
+    api.add(SECRETS, key_secret(TENANT, key))
+    api.add(SECRETS, key_secret(OTHER, other_key))
+    add_pool(api, TENANT, "base")
+    options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2, domain=DOMAIN)
+    state = GatewayState(options, api=api, tokens=Tokens(b"0123456789abcdef0123"))
+    app = build_app(state)
+    await state.start()
+    controller = FakeController(api)
+    task = asyncio.create_task(controller.run())
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{API}")
+    try:
+        yield Gateway(api, state, client, key, other_key, controller, app)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.aclose()
+        await state.stop()
+
+
+@pytest.fixture
+async def gw() -> AsyncIterator[Gateway]:
+    async with _gateway_with_domain() as gateway:
+        yield gateway
+
+
+async def _create(gw: Gateway, path: str = "/v2/sandboxes") -> dict[str, object]:
+    body = {"templateID": "base", "timeout": 60}
+    if path == "/sandboxes":
+        body |= {"secure": True, "allow_internet_access": True}
+    response = await gw.client.post(path, json=body, headers=gw.headers())
+    assert response.status_code == 201, response.text
+    created: dict[str, object] = response.json()
+    return created
+
+
+@pytest.mark.parametrize("path", ["/v2/sandboxes", "/sandboxes"])
+async def test_create_returns_the_domain(gw: Gateway, path: str) -> None:
+    created = await _create(gw, path)
+    assert created["domain"] == DOMAIN
+
+
+async def test_connect_get_and_list_return_the_domain(gw: Gateway) -> None:
+    sid = (await _create(gw))["sandboxID"]
+    for path in (f"/v2/sandboxes/{sid}/connect", f"/sandboxes/{sid}/connect"):
+        connected = await gw.client.post(path, json={"timeout": 60}, headers=gw.headers())
+        assert connected.status_code == 200, connected.text
+        assert connected.json()["domain"] == DOMAIN
+    detail = await gw.client.get(f"/sandboxes/{sid}", headers=gw.headers())
+    assert detail.status_code == 200
+    assert detail.json()["domain"] == DOMAIN
+
+
+async def test_without_a_domain_the_response_has_none() -> None:
+    async with _gateway_with_domain() as gw:
+        gw.state.options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2)
+        assert (await _create(gw))["domain"] is None
+
+
+async def test_the_control_plane_answers_at_api_domain_and_isolates_tenants(gw: Gateway) -> None:
+    sid = (await _create(gw))["sandboxID"]
+    mine = await gw.client.get(f"/sandboxes/{sid}", headers={"Host": API, **gw.headers()})
+    assert mine.status_code == 200
+    theirs = await gw.client.get(
+        f"/sandboxes/{sid}", headers={"Host": API, **gw.headers(gw.other_key)}
+    )
+    unknown = await gw.client.get(
+        "/sandboxes/zzzzzzzzzzzzzzzzzzzz", headers={"Host": API, **gw.headers()}
+    )
+    assert theirs.status_code == unknown.status_code == 404
+    assert theirs.json() == {"code": 404, "message": f"sandbox '{sid}' not found"}
+    assert unknown.json() == {"code": 404, "message": "sandbox 'zzzzzzzzzzzzzzzzzzzz' not found"}
+
+
+async def test_sandbox_hosts_reach_the_data_plane_not_the_control_plane(gw: Gateway) -> None:
+    # The control plane's own /health answers 200 at api.<domain>...
+    assert (await gw.client.get("/health", headers={"Host": API})).status_code == 200
+    # ...a sandbox name under the domain never gets it, whatever its shape.
+    unknown = await gw.client.get("/health", headers={"Host": f"49983-zzzzzzzzzz.{DOMAIN}"})
+    assert unknown.status_code == 502
+    assert "The sandbox was not found" in unknown.json()["message"]
+    for host in (f"70000-abc.{DOMAIN}", f"0-abc.{DOMAIN}", f"49983-a-b.{DOMAIN}"):
+        response = await gw.client.get("/health", headers={"Host": host})
+        assert response.status_code == 400, host
+        assert "invalid sandbox" in response.json()["message"], host
+
+
+async def test_a_host_of_another_domain_is_the_control_plane(gw: Gateway) -> None:
+    sid = (await _create(gw))["sandboxID"]
+    response = await gw.client.get("/health", headers={"Host": f"49983-{sid}.other.test"})
+    assert response.status_code == 200  # the gateway's own health, not the sandbox's 204
+    files = await gw.client.get(
+        "/files?path=/etc/passwd", headers={"Host": f"49983-{sid}.other.test"}
+    )
+    assert files.status_code == 404  # no such control-plane route: nothing of the sandbox
