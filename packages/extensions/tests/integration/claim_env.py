@@ -165,6 +165,19 @@ class ClaimEnv(NamespaceApi):
     async def events_for(self, name: str) -> builtins.list[Obj]:
         return await self.events_regarding(c.KIND_SANDBOX_CLAIM, name)
 
+    async def until_event(self, name: str, reason: str) -> Obj:
+        """The claim's first Event with ``reason``, once written.
+
+        The recorder writes Events from a queue after the change they report, so a test that
+        has seen the change waits for the Event rather than reading the list once.
+        """
+
+        async def probe() -> Obj | None:
+            found = [e for e in await self.events_for(name) if e.get("reason") == reason]
+            return found[0] if found else None
+
+        return await self.until(probe, f"a {reason} Event for claim {name}")
+
 
 async def wait_started(started: list[Any], count: int = 2) -> list[Any]:
     """The fixture's ``[manager, setup results...]`` once the controller thread filled it."""

@@ -101,13 +101,9 @@ class TestColdAndWarm:
         annotations = claim["metadata"]["annotations"]
         observed = annotations[c.ANNOTATION_CONTROLLER_FIRST_OBSERVED_AT]
         assert dt.datetime.fromisoformat(observed.replace("Z", "+00:00")) <= dt.datetime.now(dt.UTC)
-        reasons = [e["reason"] for e in await env.events_for("cold-claim")]
-        assert "SandboxProvisioned" in reasons
-        provisioned = [
-            e for e in await env.events_for("cold-claim") if e["reason"] == "SandboxProvisioned"
-        ]
-        assert provisioned[0]["note"] == 'Created Sandbox "cold-claim"'
-        assert provisioned[0]["action"] == "Provisioning"
+        provisioned = await env.until_event("cold-claim", "SandboxProvisioned")
+        assert provisioned["note"] == 'Created Sandbox "cold-claim"'
+        assert provisioned["action"] == "Provisioning"
 
         async def first_ready() -> dict[str, Any] | None:
             found = await env.get(SANDBOX_CLAIMS, "cold-claim")
@@ -184,9 +180,8 @@ class TestColdAndWarm:
 
         pod = await env.until(pod_released, "pod leaves the pool")
         assert pod["metadata"]["ownerReferences"][0]["uid"] == sandbox["metadata"]["uid"]
-        adopted = [e for e in await env.events_for("warm-claim") if e["reason"] == "SandboxAdopted"]
-        assert adopted
-        assert adopted[0]["note"] == f'Adopted warm pool Sandbox "{name}"'
+        adopted = await env.until_event("warm-claim", "SandboxAdopted")
+        assert adopted["note"] == f'Adopted warm pool Sandbox "{name}"'
         creation = {
             "namespace": env.namespace,
             "sandbox_template": "tmpl",

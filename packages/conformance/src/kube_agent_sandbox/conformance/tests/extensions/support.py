@@ -220,20 +220,31 @@ def event_summaries(kube: Kube, obj: Mapping[str, Any]) -> list[tuple[str, str, 
 
 
 def wait_event(
-    kube: Kube, obj: Mapping[str, Any], reason: str, *, timeout: float | None = None
+    kube: Kube,
+    obj: Mapping[str, Any],
+    reason: str,
+    *,
+    note: str | None = None,
+    timeout: float | None = None,
 ) -> Obj:
-    """Wait for an ``events.k8s.io`` Event with ``reason`` regarding ``obj``; return it."""
+    """Wait for an ``events.k8s.io`` Event with ``reason`` (and ``note``, when given)
+    regarding ``obj``; return it.
+
+    Controllers write Events from a queue after the change they report, so a test waits for
+    the very Event it checks instead of reading the list once.
+    """
 
     def probe() -> Obj | None:
         for event in kube.events_for(obj):
-            if event.get("reason") == reason:
+            if event.get("reason") == reason and note in (None, event.get("note")):
                 return event
         return None
 
+    wanted = reason if note is None else f"{reason} ({note!r})"
     found: Obj = kube.wait_until(
         probe,
         timeout=timeout,
-        what=f"a {reason} event for {obj['kind']} {obj['metadata']['name']}",
+        what=f"a {wanted} event for {obj['kind']} {obj['metadata']['name']}",
         describe=lambda: event_summaries(kube, obj),
     )
     return found

@@ -97,13 +97,10 @@ def test_delete_policies_delete_the_claim(
     expire(kube, namespace, policy)
     kube.wait_gone(s.EXT_API, "SandboxClaim", "claim", namespace)
     kube.wait_gone(s.SANDBOX_API, "Sandbox", "claim", namespace)
-    s.wait_event(kube, claim, "ClaimExpired")
-    notes = {
-        (e.get("action"), e.get("note"))
-        for e in kube.events_for(claim)
-        if e.get("reason") == "ClaimExpired"
-    }
-    assert ("Deleting", f"Deleting Claim (ShutdownPolicy={policy})") in notes, notes
+    deleting = s.wait_event(
+        kube, claim, "ClaimExpired", note=f"Deleting Claim (ShutdownPolicy={policy})"
+    )
+    assert deleting.get("action") == "Deleting", deleting
 
 
 @pytest.mark.spec("4.3.1", "4.3.7")
