@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
+from kube_agent_sandbox.controller.runtime.types import Resource
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_IDEMPOTENCY_KEY,
     ANNOTATION_METADATA,
@@ -89,24 +90,17 @@ async def resolve_pool(state: GatewayState, namespace: str, template: str) -> st
     """The warm pool serving ``template`` in ``namespace``, or None if there is no template.
 
     Order: a pool named like the template; a ``shadow-pool-<template>``; a SandboxTemplate of
-    that name, for which a zero-replica shadow pool is created.
+    that name, for which a zero-replica shadow pool is created. Pools and templates come from
+    the gateway's caches; only what the cache lacks (created a moment ago, or no cache) is
+    read from the API, so a warm create spends no API call here.
     """
     for name in (template, SHADOW_POOL_PREFIX + template):
         if len(name) > 253:
             continue
-        try:
-            await state.api.get(SANDBOX_WARM_POOLS, namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                continue
-            raise
-        return name
-    try:
-        await state.api.get(SANDBOX_TEMPLATES, namespace, template)
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
+        if await _exists(state, SANDBOX_WARM_POOLS, namespace, name):
+            return name
+    if not await _exists(state, SANDBOX_TEMPLATES, namespace, template):
+        return None
     shadow = SHADOW_POOL_PREFIX + template
     pool = {
         "apiVersion": c.EXTENSIONS_API_VERSION,
@@ -121,6 +115,21 @@ async def resolve_pool(state: GatewayState, namespace: str, template: str) -> st
         if not exc.already_exists:
             raise
     return shadow
+
+
+async def _exists(state: GatewayState, resource: Resource, namespace: str, name: str) -> bool:
+    """Whether the warm pool or template exists: the cache first, the API on a miss."""
+    index = state.index
+    cached = index.warm_pool if resource is SANDBOX_WARM_POOLS else index.template
+    if cached(namespace, name) is not None:
+        return True
+    try:
+        await state.api.get(resource, namespace, name)
+    except ApiError as exc:
+        if exc.not_found:
+            return False
+        raise
+    return True
 
 
 def claim_manifest(
