@@ -13,13 +13,18 @@ sandbox's envd (kwok pods run nothing; the gateway's testing-only pod address ov
 ``{"templateID": ...}`` and ``X-API-KEY``):
 
 - one at a time: create (``POST /v2/sandboxes``), connect (``POST /sandboxes/{id}/connect``)
-  and kill (``DELETE /sandboxes/{id}``), each timed from the call to the answer;
+  and kill (``DELETE /sandboxes/{id}``), each timed from the call to the answer; each create
+  waits for the pool to be full again, so every sample meets the same quiet cluster (not the
+  previous sandbox's refill);
 - a burst of creates at a modest concurrency, then their kills.
 
 Each create's ``Server-Timing`` header splits the gateway's time into phases (resolve the
 pool, create the claim, wait for Ready, policy patch, daemon ``/init``); the rest of the
-client's time is HTTP, authentication and body parsing. Only warm creates count: the pool is
-refilled before each part, and a create served by a new Sandbox is reported.
+client's time is HTTP, authentication and body parsing (``GET /health`` gives the HTTP floor).
+The benchmark's own watch on the claims tells the claim controller's share from the gateway's:
+"claim Ready in a watch" runs from the call to the watch event, "answer after the claim was
+Ready" from there to the 201. Only warm creates count: the pool is refilled before each part,
+and a create served by a new Sandbox is reported.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from benchlib.clusterenv import CONTROLLER_NAMESPACE, NAMESPACE
 from benchlib.harness import Context, ControllerSpec, run_scenario
 from benchlib.report import BenchResult, at_most
 from benchlib.stats import summarize
+from benchlib.tracker import SandboxTracker
 from benchlib.workload import add_latency_rows, template_manifest
 from kube_agent_sandbox.controller.runtime.client import ApiClient
 from kube_agent_sandbox.extensions.common.resources import (
@@ -61,6 +67,8 @@ CREATE_P50_TARGET_MS: Final = 100.0
 """A warm create through the gateway, one at a time (the claim alone takes tens of ms)."""
 PHASES: Final = ("resolve", "claim", "env", "ready", "policy", "init")
 """The create's phases in the gateway's ``Server-Timing`` header, in order."""
+ROUND_TRIPS: Final = 20
+"""``GET /health`` calls timed before the creates (the HTTP floor)."""
 _ENTRY: Final = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:;(.*))?$")
 
 
@@ -96,6 +104,12 @@ class Samples:
         kill: Seconds of each kill.
         phases: Gateway-side seconds per create phase (from ``Server-Timing``), per create.
         gateway_total: The gateway's own total per create.
+        watch_ready: Seconds from each create call to the benchmark's own watch seeing the
+            claim Ready (the controller's part, with the gateway's work before it).
+        after_ready: Seconds from that watch event to the create's answer (negative when the
+            answer came first): the gateway's own cache, ``/init`` and the HTTP answer.
+        sent: When each create was sent (``time.monotonic``), by sandbox id.
+        took: Each create's latency, by sandbox id.
         cold: Sandbox ids a pool member did not serve.
         errors: Failed calls, as ``"<call>: <status> <body>"``.
     """
@@ -105,6 +119,10 @@ class Samples:
     kill: list[float] = field(default_factory=list)
     phases: dict[str, list[float]] = field(default_factory=dict)
     gateway_total: list[float] = field(default_factory=list)
+    watch_ready: list[float] = field(default_factory=list)
+    after_ready: list[float] = field(default_factory=list)
+    sent: dict[str, float] = field(default_factory=dict)
+    took: dict[str, float] = field(default_factory=dict)
     cold: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -247,17 +265,20 @@ class _Calls:
 
     http: httpx.AsyncClient
     admin: ApiClient
+    claims: SandboxTracker
 
     async def create(self, into: Samples) -> str | None:
-        began = time.perf_counter()
+        began = time.monotonic()
         response = await self.http.post("/v2/sandboxes", json={"templateID": TEMPLATE_ID})
-        took = time.perf_counter() - began
+        took = time.monotonic() - began
         if response.status_code != 201:
             into.errors.append(f"create: {response.status_code} {response.text[:200]}")
             return None
         into.create.append(took)
         into.add_timing(response.headers.get("server-timing"))
         sandbox_id = str(response.json()["sandboxID"])
+        into.sent[sandbox_id] = began
+        into.took[sandbox_id] = took
         if not await self.served_warm(sandbox_id):
             into.cold.append(sandbox_id)
         return sandbox_id
@@ -268,19 +289,35 @@ class _Calls:
         bound = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
         return bool(bound) and bound != sandbox_id
 
+    async def watched(self, sandbox_ids: Sequence[str], into: Samples) -> None:
+        """Record when the benchmark's own watch saw each claim Ready (before the kill)."""
+        await self.claims.wait_marks(list(sandbox_ids), "ready", within=10.0)
+        for sandbox_id in sandbox_ids:
+            ready = self.claims.mark(sandbox_id, "ready")
+            if ready is not None:
+                into.watch_ready.append(ready - into.sent[sandbox_id])
+                into.after_ready.append(into.took[sandbox_id] - into.watch_ready[-1])
+
+    async def round_trip(self) -> float:
+        """Seconds of a ``GET /health``: the HTTP path with no work behind it."""
+        began = time.monotonic()
+        response = await self.http.get("/health")
+        response.raise_for_status()
+        return time.monotonic() - began
+
     async def connect(self, sandbox_id: str, into: Samples) -> None:
-        began = time.perf_counter()
+        began = time.monotonic()
         response = await self.http.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 300})
-        took = time.perf_counter() - began
+        took = time.monotonic() - began
         if response.status_code not in (200, 201):
             into.errors.append(f"connect: {response.status_code} {response.text[:200]}")
             return
         into.connect.append(took)
 
     async def kill(self, sandbox_id: str, into: Samples) -> None:
-        began = time.perf_counter()
+        began = time.monotonic()
         response = await self.http.delete(f"/sandboxes/{sandbox_id}")
-        took = time.perf_counter() - began
+        took = time.monotonic() - began
         if response.status_code != 204:
             into.errors.append(f"kill: {response.status_code} {response.text[:200]}")
             return
@@ -290,7 +327,6 @@ class _Calls:
 async def _measure(
     ctx: Context, admin: ApiClient, *, url: str, key: str, sizes: GatewaySizes
 ) -> None:
-    result = ctx.result
     limits = httpx.Limits(max_connections=sizes.concurrency + 2)
     async with httpx.AsyncClient(
         base_url=url,
@@ -299,47 +335,69 @@ async def _measure(
         limits=limits,
         trust_env=False,
     ) as http:
-        calls = _Calls(http, admin)
-        warmup = Samples()  # first connections and first requests: not counted
-        first = await calls.create(warmup)
-        if first is not None:
-            await calls.kill(first, warmup)
-        if warmup.errors:
-            raise RuntimeError(f"the warm-up create failed: {warmup.errors[0]}")
-
-        serial = Samples()
-        await _wait_pool(admin, sizes.pool, within=sizes.within)
-        for _ in range(sizes.serial):
-            sandbox_id = await calls.create(serial)
-            if sandbox_id is None:
-                continue
-            await calls.connect(sandbox_id, serial)
-            await calls.kill(sandbox_id, serial)
-
-        burst = Samples()
-        await _wait_pool(admin, sizes.pool, within=sizes.within)
-        gate = asyncio.Semaphore(sizes.concurrency)
-
-        async def one() -> str | None:
-            async with gate:
-                return await calls.create(burst)
-
-        began = time.perf_counter()
-        made = await asyncio.gather(*(one() for _ in range(sizes.burst)))
-        burst_seconds = time.perf_counter() - began
-
-        async def kill(sandbox_id: str) -> None:
-            async with gate:
-                await calls.kill(sandbox_id, burst)
-
-        await asyncio.gather(*(kill(s) for s in made if s is not None))
-
+        claims = SandboxTracker(admin, NAMESPACE, resource=SANDBOX_CLAIMS)
+        await claims.start()
+        try:
+            calls = _Calls(http, admin, claims)
+            round_trips = [await calls.round_trip() for _ in range(ROUND_TRIPS)]
+            serial = await _one_at_a_time(calls, admin, sizes)
+            burst, burst_seconds = await _burst(calls, admin, sizes)
+        finally:
+            await claims.stop()
+    result = ctx.result
+    result.add(
+        "HTTP round trip (GET /health) p50",
+        summarize(round_trips).scaled(1000).p50,
+        "ms",
+        note="the floor of any call on this machine",
+    )
     _report(result, serial, burst, burst_seconds=burst_seconds, sizes=sizes)
     ctx.series["latency_s"] = serial.create
-    result.details["samples_s"] = {
-        "serial": _asdict(serial),
-        "burst": _asdict(burst),
-    }
+    result.details["samples_s"] = {"serial": _asdict(serial), "burst": _asdict(burst)}
+
+
+async def _one_at_a_time(calls: _Calls, admin: ApiClient, sizes: GatewaySizes) -> Samples:
+    """Create, connect, kill, one sandbox at a time, each on a full pool and a quiet cluster."""
+    warmup = Samples()  # first connections and first requests: not counted
+    first = await calls.create(warmup)
+    if first is not None:
+        await calls.kill(first, warmup)
+    if warmup.errors:
+        raise RuntimeError(f"the warm-up create failed: {warmup.errors[0]}")
+    serial = Samples()
+    for _ in range(sizes.serial):
+        # the refill after the last kill is done: each create meets the same quiet cluster
+        await _wait_pool(admin, sizes.pool, within=sizes.within)
+        sandbox_id = await calls.create(serial)
+        if sandbox_id is None:
+            continue
+        await calls.watched([sandbox_id], serial)
+        await calls.connect(sandbox_id, serial)
+        await calls.kill(sandbox_id, serial)
+    return serial
+
+
+async def _burst(calls: _Calls, admin: ApiClient, sizes: GatewaySizes) -> tuple[Samples, float]:
+    """``burst`` creates with ``concurrency`` in flight, then their kills; and the seconds."""
+    burst = Samples()
+    await _wait_pool(admin, sizes.pool, within=sizes.within)
+    gate = asyncio.Semaphore(sizes.concurrency)
+
+    async def one() -> str | None:
+        async with gate:
+            return await calls.create(burst)
+
+    began = time.monotonic()
+    made = [s for s in await asyncio.gather(*(one() for _ in range(sizes.burst))) if s]
+    seconds = time.monotonic() - began
+    await calls.watched(made, burst)
+
+    async def kill(sandbox_id: str) -> None:
+        async with gate:
+            await calls.kill(sandbox_id, burst)
+
+    await asyncio.gather(*(kill(s) for s in made))
+    return burst, seconds
 
 
 def _asdict(samples: Samples) -> dict[str, Any]:
@@ -349,6 +407,8 @@ def _asdict(samples: Samples) -> dict[str, Any]:
         "kill": samples.kill,
         "phases": samples.phases,
         "gateway_total": samples.gateway_total,
+        "watch_ready": samples.watch_ready,
+        "after_ready": samples.after_ready,
     }
 
 
@@ -376,6 +436,7 @@ def _report(
         "ms",
         note="client time minus the gateway's total: HTTP, auth, body",
     )
+    _watch_rows(result, "create", serial)
     add_latency_rows(result, "connect, one at a time", serial.connect)
     add_latency_rows(result, "kill, one at a time", serial.kill)
     add_latency_rows(
@@ -386,6 +447,7 @@ def _report(
     )
     for name, p50, p90 in phase_rows(burst.phases):
         result.add(f"  burst phase {name} p50", p50, "ms", note=f"p90 {_fmt(p90)} ms")
+    _watch_rows(result, "burst", burst)
     result.add(
         "burst creates per second",
         len(burst.create) / burst_seconds if burst_seconds > 0 else None,
@@ -404,6 +466,23 @@ def _report(
     result.add("failed calls", len(errors))
     if errors:
         result.failures.append(f"{len(errors)} gateway calls failed, e.g. {errors[:3]}")
+
+
+def _watch_rows(result: BenchResult, label: str, samples: Samples) -> None:
+    """The claim controller's share, as the benchmark's own watch saw it, and the rest."""
+    watch = summarize(samples.watch_ready).scaled(1000)
+    result.add(
+        f"  {label}: claim Ready in a watch p50",
+        watch.p50,
+        "ms",
+        note=f"from the call; p90 {_fmt(watch.p90)} ms",
+    )
+    result.add(
+        f"  {label}: answer after the claim was Ready p50",
+        summarize(samples.after_ready).scaled(1000).p50,
+        "ms",
+        note="the gateway's own cache, /init and the answer",
+    )
 
 
 def _fmt(value: float | None) -> str:
