@@ -14,8 +14,8 @@ sandbox's envd (kwok pods run nothing; the gateway's testing-only pod address ov
 
 - one at a time: create (``POST /v2/sandboxes``), connect (``POST /sandboxes/{id}/connect``)
   and kill (``DELETE /sandboxes/{id}``), each timed from the call to the answer; each create
-  waits for the pool to be full again, so every sample meets the same quiet cluster (not the
-  previous sandbox's refill);
+  comes :data:`SETTLE_SECONDS` after the last kill and on a full pool, so every sample meets
+  the same quiet cluster (not the previous sandbox's clean-up and refill);
 - a burst of creates at a modest concurrency, then their kills.
 
 Each create's ``Server-Timing`` header splits the gateway's time into phases (resolve the
@@ -67,6 +67,8 @@ CREATE_P50_TARGET_MS: Final = 100.0
 """A warm create through the gateway, one at a time (the claim alone takes tens of ms)."""
 PHASES: Final = ("resolve", "claim", "env", "ready", "policy", "init")
 """The create's phases in the gateway's ``Server-Timing`` header, in order."""
+SETTLE_SECONDS: Final = 1.0
+"""Pause before each one-at-a-time create (then the pool must be full)."""
 ROUND_TRIPS: Final = 20
 """``GET /health`` calls timed before the creates (the HTTP floor)."""
 _ENTRY: Final = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?:;(.*))?$")
@@ -366,7 +368,9 @@ async def _one_at_a_time(calls: _Calls, admin: ApiClient, sizes: GatewaySizes) -
         raise RuntimeError(f"the warm-up create failed: {warmup.errors[0]}")
     serial = Samples()
     for _ in range(sizes.serial):
-        # the refill after the last kill is done: each create meets the same quiet cluster
+        # the last kill's clean-up and refill are over: each create meets the same quiet
+        # cluster, whatever the calls before it took
+        await asyncio.sleep(SETTLE_SECONDS)
         await _wait_pool(admin, sizes.pool, within=sizes.within)
         sandbox_id = await calls.create(serial)
         if sandbox_id is None:
