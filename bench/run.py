@@ -56,9 +56,9 @@ QUICK = {
     "api_rate": 5.0,
     "ready_timeout": 300.0,
     "cache_objects": 500,
-    "gateway_serial": 10,
-    "gateway_burst": 10,
-    "gateway_concurrency": 5,
+    "gateway_serial": 8,
+    "gateway_burst": 8,
+    "gateway_concurrency": 4,
 }
 """``--quick`` sizes: every scenario on a handful of objects, minutes in all."""
 
