@@ -33,9 +33,13 @@ log = logging.getLogger("bench")
 
 COMPARABLE = ("warm-claims", "cold", "refill", "memory", "api")
 """Scenarios that run against any controller (``--controller-cmd``, ``--compare``)."""
-OURS_ONLY = ("cache-memory", "latency", "scale")
-"""Older benchmarks of this project's controller alone."""
+GATEWAY = "gateway"
+"""The E2B gateway's create/connect/kill path on a warm pool (ours: it needs our gateway)."""
+OURS_ONLY = (GATEWAY, "cache-memory", "latency", "scale")
+"""Scenarios of this project's controller alone (the gateway, and the older benchmarks)."""
 NAMES = COMPARABLE + OURS_ONLY
+DEFAULT = (*COMPARABLE, GATEWAY)
+"""What runs when no scenario is named (the comparison ones with ``--controller-cmd``)."""
 ALIASES = {"claims": "warm-claims"}
 QUICK = {
     "pool": 30,
@@ -52,6 +56,9 @@ QUICK = {
     "api_rate": 5.0,
     "ready_timeout": 300.0,
     "cache_objects": 500,
+    "gateway_serial": 8,
+    "gateway_burst": 8,
+    "gateway_concurrency": 4,
 }
 """``--quick`` sizes: every scenario on a handful of objects, minutes in all."""
 
@@ -59,8 +66,8 @@ QUICK = {
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench/run.py",
-        description="Run benchmark scenarios (default: the comparison scenarios "
-        f"{', '.join(COMPARABLE)}) and write bench/results/.",
+        description=f"Run benchmark scenarios (default: {', '.join(DEFAULT)}; only the "
+        "comparison ones with --controller-cmd) and write bench/results/.",
     )
     add = parser.add_argument
     add("benchmarks", nargs="*", metavar="NAME", help=f"scenarios: {', '.join(NAMES)}")
@@ -113,6 +120,20 @@ def _parser() -> argparse.ArgumentParser:
     add("--api-claims", type=int, default=100, help="api: warm claims (100)")
     add("--api-sandboxes", type=int, default=100, help="api: cold Sandboxes (100)")
     add("--api-rate", type=float, default=10.0, help="api: claims, then Sandboxes, per second")
+    # gateway
+    add(
+        "--gateway-serial",
+        type=int,
+        default=50,
+        help="gateway: sandboxes created, connected to, killed one at a time (50)",
+    )
+    add("--gateway-burst", type=int, default=60, help="gateway: creates in the burst (60)")
+    add(
+        "--gateway-concurrency",
+        type=int,
+        default=10,
+        help="gateway: creates in flight during the burst (10)",
+    )
     # older benchmarks
     add("--sandboxes", type=int, default=10_000, help="scale: Sandboxes to create (10000)")
     add("--nodes", type=int, default=20, help="scale: kwok nodes, 1000 pods each (20)")
@@ -172,6 +193,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
         "create_concurrency",
         "cache_objects",
         "workers",
+        "gateway_serial",
+        "gateway_burst",
+        "gateway_concurrency",
     ]
     for option in positive:
         if getattr(args, option) < 1:
@@ -189,7 +213,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
         parser.error("--compare needs --controller-cmd (the other controller)")
     if args.controller_cmd is not None and not args.controller_cmd.strip():
         parser.error("--controller-cmd is empty")
-    selected = names or list(COMPARABLE)
+    selected = names or list(COMPARABLE if args.controller_cmd else DEFAULT)
     if args.controller_cmd and any(n in OURS_ONLY for n in selected):
         parser.error(f"{', '.join(OURS_ONLY)} run only against this project's controller")
     return selected
@@ -241,6 +265,13 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[ControllerSpec], B
                 args.api_pool, args.api_claims, args.api_sandboxes, args.api_rate, within
             )
             return apieff.run(sizes_a, spec=spec, keep_workdir=keep)
+        if name == GATEWAY:
+            from benchlib import gateway
+
+            sizes_g = gateway.GatewaySizes(
+                args.gateway_serial, args.gateway_burst, args.gateway_concurrency, within
+            )
+            return gateway.run(sizes_g, spec=spec, keep_workdir=keep)
         return _ours_only(name, args)
 
     return run

@@ -3,7 +3,8 @@
 The E2B sandbox id is the SandboxClaim's name. Claims live in tenant namespaces, so the
 index looks names up across namespaces (an informer index on the name); callers check the
 tenant. The Sandbox is the one the claim's status names, the Pod the one the Sandbox names.
-Every answer comes from memory: no API call on the request path.
+Every answer comes from memory: no API call on the request path. The index also keeps the
+caches of warm pools and templates a create resolves its template with.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ class SandboxIndex:
         pods: cache of sandbox Pods.
         pod_address_override: testing only: every pod address becomes this host.
         pod_port_map: testing only: sandbox port -> local port (with the override).
+        warm_pools: cache of SandboxWarmPools (None: every lookup misses).
+        templates: cache of SandboxTemplates (None: every lookup misses).
     """
 
     def __init__(
@@ -110,10 +113,14 @@ class SandboxIndex:
         *,
         pod_address_override: str | None = None,
         pod_port_map: Mapping[int, int] | None = None,
+        warm_pools: Reader | None = None,
+        templates: Reader | None = None,
     ) -> None:
         self.claims = claims
         self.sandboxes = sandboxes
         self.pods = pods
+        self.warm_pools = warm_pools
+        self.templates = templates
         self.pod_address_override = pod_address_override
         self.pod_port_map = dict(pod_port_map or {})
         self._changed = asyncio.Event()
@@ -137,6 +144,14 @@ class SandboxIndex:
         if len(live) != 1:
             return None
         return self.record(live[0])
+
+    def warm_pool(self, namespace: str, name: str) -> Obj | None:
+        """The cached SandboxWarmPool, or None (not cached, being deleted, or no cache)."""
+        return _live(self.warm_pools, namespace, name)
+
+    def template(self, namespace: str, name: str) -> Obj | None:
+        """The cached SandboxTemplate, or None (not cached, being deleted, or no cache)."""
+        return _live(self.templates, namespace, name)
 
     def record(self, claim: Obj) -> SandboxRecord:
         """Join a claim with its Sandbox and Pod from the caches."""
@@ -219,6 +234,15 @@ class SandboxIndex:
                 raise TimeoutError(f"sandbox {sandbox_id} did not reach the wanted state")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(remaining, 1.0))
+
+
+def _live(cache: Reader | None, namespace: str, name: str) -> Obj | None:
+    if cache is None:
+        return None
+    obj = cache.get(namespace, name)
+    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    return obj
 
 
 def is_suspended(sandbox: Obj | None) -> bool:

@@ -1,9 +1,10 @@
 """Everything a running gateway shares between requests, started and stopped with the app.
 
 :class:`GatewayState` owns the Kubernetes client, the informer caches (gateway SandboxClaims,
-Sandboxes, sandbox Pods, API-key Secrets), the :class:`SandboxIndex` over them, the tenants,
-the token issuer and the idle-shutdown helpers. The app's lifespan calls :meth:`start` and
-:meth:`stop`; tests may pass their own client (e.g. ``FakeApi``).
+Sandboxes, sandbox Pods, API-key Secrets, SandboxWarmPools and SandboxTemplates), the
+:class:`SandboxIndex` over them, the tenants, the token issuer and the idle-shutdown helpers.
+The app's lifespan calls :meth:`start` and :meth:`stop`; tests may pass their own client
+(e.g. ``FakeApi``).
 
 Idle shutdown: :attr:`activity` (:class:`~kube_agent_sandbox.gateway.activity.ActivityTracker`,
 the debounced heartbeat Leases) and :attr:`resumer`
@@ -30,7 +31,14 @@ from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.envd import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
-from kube_agent_sandbox.gateway.resources import PODS, SANDBOX_CLAIMS, SANDBOXES, SECRETS
+from kube_agent_sandbox.gateway.resources import (
+    PODS,
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+    SECRETS,
+)
 from kube_agent_sandbox.gateway.resume import Resumer
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret
@@ -147,11 +155,16 @@ class GatewayState:
         pods = Informer(api, PODS, namespace=ns, label_selector=c.LABEL_SANDBOX_NAME_HASH)
         secrets = Informer(api, SECRETS, namespace=ns, label_selector=f"{LABEL_API_KEY}=true")
         secrets.add_index(KEY_HASH_INDEX, key_hash_index)
+        # a create resolves its template from these (no API read on the warm path)
+        warm_pools = Informer(api, SANDBOX_WARM_POOLS, namespace=ns)
+        templates = Informer(api, SANDBOX_TEMPLATES, namespace=ns)
         self.informers = {
             "claims": claims,
             "sandboxes": sandboxes,
             "pods": pods,
             "secrets": secrets,
+            "warm_pools": warm_pools,
+            "templates": templates,
         }
         self._index = SandboxIndex(
             claims,
@@ -159,6 +172,8 @@ class GatewayState:
             pods,
             pod_address_override=self.options.pod_address_override,
             pod_port_map=self.options.pod_port_map,
+            warm_pools=warm_pools,
+            templates=templates,
         )
         self._tenants = Tenants(secrets)
         index = self._index

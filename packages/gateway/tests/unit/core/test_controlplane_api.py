@@ -628,7 +628,7 @@ async def test_set_timeout_and_connect_are_signs_of_life(gateway: Gateway) -> No
 
 
 async def test_unexpected_failures_answer_an_e2b_error(gateway: Gateway) -> None:
-    gateway.api.fail("get", "sandboxwarmpools", RuntimeError("boom"))
+    gateway.api.fail("create", "sandboxclaims", RuntimeError("boom"))
     transport = httpx.ASGITransport(app=gateway.app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
         response = await client.post(

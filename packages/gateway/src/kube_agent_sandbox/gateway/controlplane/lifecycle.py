@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime import ApiError
+from kube_agent_sandbox.controller.runtime import ApiError, Obj
 from kube_agent_sandbox.gateway.controlplane.auth import tenant_record
 from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
 from kube_agent_sandbox.gateway.controlplane.create import copy_policy_to_sandbox
@@ -63,24 +63,31 @@ async def set_deadline(
     when = deadline(now, seconds)
     if on_timeout(record) == ON_TIMEOUT_PAUSE:
         patch = {"metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: when}}}
-        await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
+        written = await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
         if record.sandbox is not None:
             await state.api.patch(
                 SANDBOXES, record.namespace, record.sandbox["metadata"]["name"], patch
             )
     else:
         patch = {"spec": {"lifecycle": {"shutdownTime": when, "shutdownPolicy": "Delete"}}}
-        await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
-    await _cache_caught_up(state, record)
+        written = await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, patch)
+    await _cache_caught_up(state, record, written=written)
 
 
-async def _cache_caught_up(state: GatewayState, record: SandboxRecord) -> None:
+async def _cache_caught_up(
+    state: GatewayState, record: SandboxRecord, *, written: Obj | None = None
+) -> None:
     """Wait (briefly) until the index has seen the claim change this request just wrote.
 
     Reads come from informer caches; without this a ``get_info`` right after ``set_timeout``
     could still show the old end time. Bounded, because the write itself has succeeded.
+    ``written`` is the claim the write returned: when its resourceVersion is the one the
+    cache already has, the write changed nothing (a deadline set twice in one second) and
+    there is nothing to wait for.
     """
     seen = record.claim.get("metadata", {}).get("resourceVersion")
+    if written is not None and (written.get("metadata") or {}).get("resourceVersion") == seen:
+        return
 
     def changed(fresh: SandboxRecord | None) -> bool:
         return fresh is None or fresh.claim.get("metadata", {}).get("resourceVersion") != seen
