@@ -39,7 +39,12 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 from benchlib import promtext  # noqa: E402
-from benchlib.clusterenv import NAMESPACE, BenchCluster, controller_log_errors  # noqa: E402
+from benchlib.clusterenv import (  # noqa: E402
+    NAMESPACE,
+    BenchCluster,
+    controller_log_error_classes,
+    controller_log_errors,
+)
 from benchlib.ops import run_bounded  # noqa: E402
 from benchlib.procstats import MIB, ProcessSampler, read_sample  # noqa: E402
 from benchlib.shapes import sandbox_manifest  # noqa: E402
@@ -100,6 +105,7 @@ class SoakRun:
     final_depth: dict[str, float] = field(default_factory=dict)
     log_errors: int = 0
     log_error_examples: list[str] = field(default_factory=list)
+    log_error_classes: dict[str, int] = field(default_factory=dict)  # errorClass -> lines
     wall_s: float = 0.0
     stopped_early: str = ""
     wave_ends: list[float] = field(default_factory=list)  # t (s) when each wave finished
@@ -362,7 +368,10 @@ def checks(run: SoakRun, options: SoakOptions) -> dict[str, bool]:
         "work queues drained": run.drained,
         f"RSS after deletes grew <= {options.max_growth_mib:.0f} MiB": growth is None
         or growth <= options.max_growth_mib,
-        "no error in the controller log": run.log_errors == 0,
+        # A transient error (an API timeout on an overloaded machine) is retried with backoff
+        # and shows in the states above if it was not healed; anything else is a finding.
+        "no error in the controller log but transient ones": run.log_errors
+        == run.log_error_classes.get("transient", 0),
     }
 
 
@@ -386,7 +395,14 @@ def markdown(run: SoakRun, options: SoakOptions, results: dict[str, bool]) -> st
         + (f" (growth {growth:+.1f} MiB)" if growth is not None else ""),
         f"- reconciles: {run.reconciles:.0f}, reconcile errors: {run.reconcile_errors:.0f}",
         f"- work queue depth at the end: {run.final_depth or 'n/a'}",
-        f"- controller log errors: {run.log_errors}",
+        f"- controller log errors: {run.log_errors}"
+        + (
+            " ("
+            + ", ".join(f"{kind} {n}" for kind, n in sorted(run.log_error_classes.items()))
+            + ")"
+            if run.log_error_classes
+            else ""
+        ),
     ]
     if run.stopped_early:
         lines.append(f"- stopped early: {run.stopped_early}")
@@ -461,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             process = env.start_controller(workers=100)
             asyncio.run(Soak(env, options, run, pid=process.pid).drive())
             run.log_errors, run.log_error_examples = controller_log_errors(process)
+            run.log_error_classes = controller_log_error_classes(process)
             if not process.alive():
                 run.stopped_early = run.stopped_early or "the controller exited"
     except KeyboardInterrupt:

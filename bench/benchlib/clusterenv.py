@@ -438,11 +438,39 @@ def _wait_http(
     raise TimeoutError(f"{url} did not answer within {timeout:.0f}s ({last})")
 
 
-def controller_log_errors(process: ManagedProcess) -> tuple[int, list[str]]:
-    """Count error-level lines in a controller's log; return the count and the first few."""
+def _error_lines(process: ManagedProcess) -> list[str]:
     try:
         lines = process.log_path.read_text(errors="replace").splitlines()
     except OSError:
-        return 0, []
-    errors = [ln for ln in lines if '"level":"error"' in ln or " ERROR " in ln]
+        return []
+    return [ln for ln in lines if '"level":"error"' in ln or " ERROR " in ln]
+
+
+def controller_log_errors(process: ManagedProcess) -> tuple[int, list[str]]:
+    """Count error-level lines in a controller's log; return the count and the first few."""
+    errors = _error_lines(process)
     return len(errors), errors[:5]
+
+
+def controller_log_error_classes(process: ManagedProcess) -> dict[str, int]:
+    """The controller log's error-level lines counted by :func:`error_classes`."""
+    return error_classes(_error_lines(process))
+
+
+def error_classes(lines: list[str]) -> dict[str, int]:
+    """Error lines counted by the ``errorClass`` the controller logs with a reconcile error.
+
+    ``transient`` (an API error that can heal, a timeout, a lost connection: retried with
+    backoff), ``permanent`` or ``programming``; a line without the field (another logger,
+    or a plain-text format) counts as ``unclassified``.
+    """
+    counts: dict[str, int] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        found = record.get("errorClass") if isinstance(record, dict) else None
+        kind = found if isinstance(found, str) and found else "unclassified"
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
