@@ -152,22 +152,29 @@ def add_pool(api: FakeApi, namespace: str, name: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def started_gateway() -> AsyncIterator[Gateway]:
-    """A started gateway with tenants A and B, a pool ``base`` in both, a fake controller."""
+async def started_gateway(
+    *, domain: str | None = None, base_url: str = "http://gw"
+) -> AsyncIterator[Gateway]:
+    """A started gateway with tenants A and B, a pool ``base`` in both, a fake controller.
+
+    Args:
+        domain: the gateway's ``--domain`` (None: none configured).
+        base_url: where the test client sends requests (its Host).
+    """
     api = FakeApi()
     key, other_key = generate_key(), generate_key()
     api.add(SECRETS, key_secret(TENANT, key))
     api.add(SECRETS, key_secret(OTHER, other_key))
     add_pool(api, TENANT, "base")
     add_pool(api, OTHER, "base")
-    options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2)
+    options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2, domain=domain)
     state = GatewayState(options, api=api, tokens=Tokens(b"0123456789abcdef0123"))
     app = build_app(state)
     await state.start()
     controller = FakeController(api)
     task = asyncio.create_task(controller.run())
     transport = httpx.ASGITransport(app=app)
-    client = httpx.AsyncClient(transport=transport, base_url="http://gw")
+    client = httpx.AsyncClient(transport=transport, base_url=base_url)
     try:
         yield Gateway(api, state, client, key, other_key, controller, app)
     finally:

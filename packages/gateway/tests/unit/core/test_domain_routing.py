@@ -8,53 +8,18 @@ domain. Requests then arrive with ``Host: api.<domain>`` (control plane) or
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
-from gateway_fakes import OTHER, TENANT, FakeController, Gateway, add_pool
-
-from kube_agent_sandbox.controller.runtime import FakeApi
-from kube_agent_sandbox.gateway.app import build_app
-from kube_agent_sandbox.gateway.config import GatewayOptions
-from kube_agent_sandbox.gateway.resources import SECRETS
-from kube_agent_sandbox.gateway.state import GatewayState
-from kube_agent_sandbox.gateway.tenants import generate_key, key_secret
-from kube_agent_sandbox.gateway.tokens import Tokens
+from gateway_fakes import Gateway, started_gateway
 
 DOMAIN = "sbx.example.test"
 API = f"api.{DOMAIN}"
 
 
-@contextlib.asynccontextmanager
-async def _gateway_with_domain() -> AsyncIterator[Gateway]:
-    api = FakeApi()
-    key, other_key = generate_key(), generate_key()
-    api.add(SECRETS, key_secret(TENANT, key))
-    api.add(SECRETS, key_secret(OTHER, other_key))
-    add_pool(api, TENANT, "base")
-    options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2, domain=DOMAIN)
-    state = GatewayState(options, api=api, tokens=Tokens(b"0123456789abcdef0123"))
-    app = build_app(state)
-    await state.start()
-    controller = FakeController(api)
-    task = asyncio.create_task(controller.run())
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"https://{API}")
-    try:
-        yield Gateway(api, state, client, key, other_key, controller, app)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await client.aclose()
-        await state.stop()
-
-
 @pytest.fixture
 async def gw() -> AsyncIterator[Gateway]:
-    async with _gateway_with_domain() as gateway:
+    async with started_gateway(domain=DOMAIN, base_url=f"https://{API}") as gateway:
         yield gateway
 
 
@@ -86,8 +51,7 @@ async def test_connect_get_and_list_return_the_domain(gw: Gateway) -> None:
 
 
 async def test_without_a_domain_the_response_has_none() -> None:
-    async with _gateway_with_domain() as gw:
-        gw.state.options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2)
+    async with started_gateway() as gw:
         assert (await _create(gw))["domain"] is None
 
 
