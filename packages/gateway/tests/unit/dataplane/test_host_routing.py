@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from dataplane_fakes import ENVD_TOKEN, SANDBOX_ID, TRAFFIC_TOKEN, State, make_record, serve
+from dataplane_fakes import ENVD_TOKEN, SANDBOX_ID, TRAFFIC_TOKEN, State, make_record
 from upstream_app import Upstream
 
 from kube_agent_sandbox.gateway.app import is_data_plane
@@ -23,13 +23,6 @@ from kube_agent_sandbox.gateway.state import HEARTBEAT_PATH
 DOMAIN = "sbx.example.test"
 HOST = f"49983-{SANDBOX_ID}.{DOMAIN}"
 UNKNOWN = "zzzzzzzzzzzzzzzzzzzz"
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[tuple[Upstream, int]]:
-    app = Upstream()
-    async with serve(app) as port:
-        yield app, port
 
 
 @pytest.fixture

@@ -23,13 +23,6 @@ HEADERS = {"E2b-Sandbox-Id": SANDBOX_ID, "E2b-Sandbox-Port": "49983", "X-Access-
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[Upstream, int]]:
-    app = Upstream()
-    async with serve(app) as port:
-        yield app, port
-
-
-@pytest.fixture
 async def gateway(upstream: tuple[Upstream, int]) -> AsyncIterator[tuple[str, State]]:
     state = State()
     state.index.records[SANDBOX_ID] = make_record()
