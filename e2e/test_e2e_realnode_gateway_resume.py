@@ -34,9 +34,7 @@ from kubernetes import client
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller import rbac
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
+from kube_agent_sandbox.controller.runtime import ApiClient, Manager, load_kubeconfig
 from kube_agent_sandbox.extensions.idle import setup as idle_setup
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner

@@ -23,9 +23,7 @@ import pytest
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller import rbac
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
+from kube_agent_sandbox.controller.runtime import ApiClient, Manager, load_kubeconfig
 from kube_agent_sandbox.extensions.idle import setup as idle_setup
 from kube_agent_sandbox.gateway.resources import SANDBOXES
 from kube_agent_sandbox.gateway.resume import Resumer

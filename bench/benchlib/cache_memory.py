@@ -111,7 +111,7 @@ class SyntheticSource:
         self, resource: Any, namespace: str | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         """Yield the encoded ADDED events (decoded one by one), then stay quiet."""
-        from kube_agent_sandbox.controller.runtime.client import parse_watch_line
+        from kube_agent_sandbox.controller.runtime import parse_watch_line
 
         del resource, namespace, kwargs
         for line in self.events:
@@ -122,7 +122,7 @@ class SyntheticSource:
 
 async def _fill(source: SyntheticSource, *, transform: bool) -> tuple[Any, float]:
     """Run an informer over ``source`` until it holds every object; return it and the time."""
-    from kube_agent_sandbox.controller.runtime.informer import Informer
+    from kube_agent_sandbox.controller.runtime import Informer
     from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
     from kube_agent_sandbox.controller.sandbox.setup import POD_INDEXES, pod_cache_transform
 

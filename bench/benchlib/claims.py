@@ -41,7 +41,7 @@ from benchlib.workload import (
     template_manifest,
     wait_pool_ready,
 )
-from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime import ApiClient
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,

@@ -34,9 +34,7 @@ from typing import Any
 import yaml
 
 from benchlib.promtext import Scrape
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
+from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, Resource, load_kubeconfig
 from kube_agent_sandbox.testing.access import ClusterAccess, load_crds, load_manifests
 from kube_agent_sandbox.testing.cluster import (
     LocalCluster,

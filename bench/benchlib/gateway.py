@@ -45,7 +45,7 @@ from benchlib.report import BenchResult, at_most
 from benchlib.stats import summarize
 from benchlib.tracker import SandboxTracker
 from benchlib.workload import add_latency_rows, template_manifest
-from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime import ApiClient
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,

@@ -23,7 +23,7 @@ from benchlib.clusterenv import BenchCluster, controller_log_errors
 from benchlib.procstats import MIB, ProcessSampler, read_sample
 from benchlib.promtext import RequestKey, Scrape, apiserver_requests, scrape
 from benchlib.report import BenchResult, Interrupted
-from kube_agent_sandbox.controller.runtime.client import ApiClient
+from kube_agent_sandbox.controller.runtime import ApiClient
 from kube_agent_sandbox.testing.processes import ManagedProcess
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,7 @@ from benchlib.promtext import apiserver_requests
 from benchlib.report import BenchResult, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.types import ApiError
+from kube_agent_sandbox.controller.runtime import ApiClient, ApiError
 from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 IDLE_TARGET_MIB = 45.0

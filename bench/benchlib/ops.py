@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from benchlib.stats import percentile
-from kube_agent_sandbox.controller.runtime.types import ApiError
+from kube_agent_sandbox.controller.runtime import ApiError
 
 __all__ = ["BatchOutcome", "percentile", "run_bounded"]
 

@@ -19,8 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
+from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, Resource
 from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 log = logging.getLogger(__name__)

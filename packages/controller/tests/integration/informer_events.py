@@ -5,7 +5,7 @@ Not a test module: the tests import it (``conftest.py`` puts the directory on ``
 
 from __future__ import annotations
 
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
+from kube_agent_sandbox.controller.runtime import EventHandler, Informer
 
 
 def record_events(informer: Informer) -> list[tuple[str, str]]:

@@ -12,9 +12,7 @@ import functools
 from pathlib import Path
 
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
+from kube_agent_sandbox.controller.runtime import ApiClient, Manager, load_kubeconfig
 from kube_agent_sandbox.controller.sandbox.setup import setup
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, RunningController
 

@@ -15,11 +15,15 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from informer_events import record_events
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.informer import Informer
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ApiError,
+    Informer,
+    Obj,
+    Resource,
+    RuntimeMetrics,
+    load_kubeconfig,
+)
 from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, PrerequisiteError
 from kube_agent_sandbox.testing.plugin import unavailable
 from kube_agent_sandbox.testing.waiting import eventually

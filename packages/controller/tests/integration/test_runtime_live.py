@@ -9,15 +9,23 @@ from urllib.parse import urlsplit
 import pytest
 from informer_events import record_events
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.events import EVENTS, EventSink
-from kube_agent_sandbox.controller.runtime.informer import Informer
-from kube_agent_sandbox.controller.runtime.leaderelection import LEASES, LeaderElectionConfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Request, Resource, Result
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ApiError,
+    Controller,
+    EventSink,
+    Informer,
+    LeaderElectionConfig,
+    Manager,
+    Obj,
+    Request,
+    Resource,
+    Result,
+    RuntimeMetrics,
+    load_kubeconfig,
+)
+from kube_agent_sandbox.controller.runtime.events import EVENTS
+from kube_agent_sandbox.controller.runtime.leaderelection import LEASES
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.waiting import eventually
 

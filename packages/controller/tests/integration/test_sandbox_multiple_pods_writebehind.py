@@ -16,7 +16,7 @@ import pytest
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.testing.nsapi import EVENTS, NamespaceApi
 

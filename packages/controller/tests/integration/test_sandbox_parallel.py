@@ -22,9 +22,7 @@ from kubernetes import client as k8s
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import ApiClient, Obj, load_kubeconfig
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.testing.waiting import (
     ObjectRef,

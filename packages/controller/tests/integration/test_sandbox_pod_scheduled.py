@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 

@@ -18,7 +18,7 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.types import Obj, Resource
+from kube_agent_sandbox.controller.runtime import Obj, Resource
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES, SERVICES
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 

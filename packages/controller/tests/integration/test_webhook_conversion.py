@@ -22,9 +22,13 @@ from kube_agent_sandbox.api.constants import (
     ANNOTATION_V1ALPHA1_SANDBOXTEMPLATE_STATE,
     ANNOTATION_V1BETA1_VCT_POLICY,
 )
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ApiError,
+    Obj,
+    Resource,
+    load_kubeconfig,
+)
 from kube_agent_sandbox.controller.webhook import (
     CONVERSION_CRD_NAMES,
     ConversionWebhookServer,

@@ -17,8 +17,7 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.fake import Call, FakeApi, FakeReader
-from kube_agent_sandbox.controller.runtime.types import Obj, Request
+from kube_agent_sandbox.controller.runtime import Call, FakeApi, FakeReader, Obj, Request
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES

@@ -15,9 +15,7 @@ from kube_agent_sandbox.controller.config import (
     parse_args,
     read_allowed_label_domains,
 )
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+from kube_agent_sandbox.controller.runtime import ApiClient, ClusterConfig, RuntimeMetrics
 from kube_agent_sandbox.controller.webhook.certs import generate_certificates, write_serving_files
 
 

@@ -12,9 +12,7 @@ import pytest
 from kube_agent_sandbox.controller import app
 from kube_agent_sandbox.controller.config import parse_args
 from kube_agent_sandbox.controller.profiling import profiling_handlers
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+from kube_agent_sandbox.controller.runtime import ApiClient, ClusterConfig, RuntimeMetrics
 from kube_agent_sandbox.controller.runtime.servers import HttpServer, metrics_app
 
 

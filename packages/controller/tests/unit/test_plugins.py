@@ -19,8 +19,7 @@ from kube_agent_sandbox.controller.plugins import (
     plugin_rules,
 )
 from kube_agent_sandbox.controller.rbac import PolicyRule, normalize_rules, rule
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.manager import Manager
+from kube_agent_sandbox.controller.runtime import FakeApi, Manager
 from kube_agent_sandbox.controller.sandbox import plugin as sandbox_plugin
 from kube_agent_sandbox.controller.sandbox.setup import RBAC_RULES as SANDBOX_RULES
 

@@ -9,11 +9,8 @@ import pytest
 from aiohttp import web
 
 from kube_agent_sandbox.controller import config
-from kube_agent_sandbox.controller.runtime.servers import (
-    BindAddress,
-    HttpServer,
-    parse_bind_address,
-)
+from kube_agent_sandbox.controller.runtime import BindAddress, parse_bind_address
+from kube_agent_sandbox.controller.runtime.servers import HttpServer
 
 
 @pytest.mark.parametrize(

@@ -11,15 +11,18 @@ import asyncio
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.leaderelection import (
-    LEASES,
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Controller,
+    FakeApi,
     LeaderElectionConfig,
     LeaderElectionLost,
+    Manager,
+    Request,
+    Resource,
+    Result,
 )
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.types import ApiError, Request, Resource, Result
+from kube_agent_sandbox.controller.runtime.leaderelection import LEASES
 from kube_agent_sandbox.testing.waiting import eventually
 
 THINGS = Resource("example.com", "v1", "things", "Thing")

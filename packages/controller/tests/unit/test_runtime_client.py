@@ -13,15 +13,16 @@ import orjson
 import pytest
 from aiohttp import web
 
-from kube_agent_sandbox.controller.runtime.client import (
+from kube_agent_sandbox.controller.runtime import (
     ApiClient,
+    ApiError,
+    ClusterConfig,
+    Resource,
+    RuntimeMetrics,
     parse_watch_line,
-    resource_path,
 )
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+from kube_agent_sandbox.controller.runtime.client import resource_path
 from kube_agent_sandbox.controller.runtime.ratelimit import TokenBucket
-from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
 
 PODS = Resource("", "v1", "pods", "Pod")
 THINGS = Resource("example.com", "v1beta1", "things", "Thing")

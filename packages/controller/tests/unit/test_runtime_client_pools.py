@@ -12,10 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import Resource
+from kube_agent_sandbox.controller.runtime import ApiClient, ClusterConfig, Resource, RuntimeMetrics
 
 PODS = Resource("", "v1", "pods", "Pod")
 

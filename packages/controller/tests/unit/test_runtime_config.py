@@ -12,12 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kube_agent_sandbox.controller.runtime.config import (
-    ConfigError,
-    load_config,
-    load_incluster,
-    load_kubeconfig,
-)
+from kube_agent_sandbox.controller.runtime import ConfigError, load_config, load_kubeconfig
+from kube_agent_sandbox.controller.runtime.config import load_incluster
 from kube_agent_sandbox.controller.runtime.credentials import TOKEN_FILE_REREAD, TokenFileSource
 from kube_agent_sandbox.testing.pki import CertificateAuthority
 

@@ -6,19 +6,19 @@ import asyncio
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.client import error_from_status
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.informer import Informer
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.ratelimit import ItemExponentialBackoff
-from kube_agent_sandbox.controller.runtime.types import (
+from kube_agent_sandbox.controller.runtime import (
     ApiError,
+    Controller,
+    FakeApi,
+    Informer,
+    ItemExponentialBackoff,
     Obj,
     Request,
     Resource,
     Result,
+    RuntimeMetrics,
     TerminalError,
+    error_from_status,
 )
 from kube_agent_sandbox.testing.waiting import eventually
 

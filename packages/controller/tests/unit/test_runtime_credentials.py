@@ -14,16 +14,21 @@ import pytest
 import yaml
 from aiohttp import web
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig, ConfigError, load_kubeconfig
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ApiError,
+    ClusterConfig,
+    ConfigError,
+    Resource,
+    RuntimeMetrics,
+    load_kubeconfig,
+)
 from kube_agent_sandbox.controller.runtime.credentials import (
     CredentialError,
     ExecConfig,
     ExecSource,
     parse_exec_credential,
 )
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
 from kube_agent_sandbox.testing.pki import CertificateAuthority
 
 V1 = "client.authentication.k8s.io/v1"

@@ -16,22 +16,27 @@ from collections.abc import Callable, Hashable
 import aiohttp
 import pytest
 
-from kube_agent_sandbox.controller.runtime.client import error_from_status
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.errors import ErrorClass, classify
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.ratelimit import (
-    ItemExponentialBackoff,
-    default_controller_rate_limiter,
-)
-from kube_agent_sandbox.controller.runtime.types import (
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.controller.runtime import (
+    RECONCILER_ERROR_REASON,
+    TRANSIENT_STATUSES,
     ApiError,
+    Controller,
+    ErrorClass,
+    FakeApi,
+    ItemExponentialBackoff,
+    ReconcileError,
     Request,
     Resource,
     Result,
+    RuntimeMetrics,
     TerminalError,
     TransientError,
+    classify,
+    default_controller_rate_limiter,
+    error_from_status,
+    is_transient,
+    wrap,
 )
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
@@ -346,3 +351,47 @@ def test_slow_retry_must_be_positive() -> None:
     api, metrics, limiter = fixture()
     with pytest.raises(ValueError, match="slow_retry"):
         controller(PatchingReconciler(api), metrics, limiter, slow_retry=0)
+
+
+# One error model: the status table a reconciler's ReconcileError follows (is_transient) and
+# the one the work queue follows (classify) are the same table.
+
+
+@pytest.mark.parametrize("status", range(400, 600))
+def test_reconcile_errors_and_the_queue_read_one_status_table(status: int) -> None:
+    exc = ApiError(status, "Reason", "message")
+    if exc.already_exists:  # pragma: no cover - needs reason AlreadyExists
+        return
+    assert is_transient(exc) is (classify(exc) is ErrorClass.TRANSIENT)
+    assert wrap(exc, "prefix").transient is is_transient(exc)
+    assert classify(wrap(exc)) is classify(exc)
+
+
+def test_forbidden_is_transient_everywhere() -> None:
+    """403 is retried with backoff, as controller-runtime does: RBAC being applied (or a
+    restarted API server whose authorizer has not synced) heals within the transient cap."""
+    forbidden = ApiError(403, "Forbidden", 'pods is forbidden: User "x" cannot create')
+    assert 403 in TRANSIENT_STATUSES
+    assert is_transient(forbidden)
+    assert classify(forbidden) is ErrorClass.TRANSIENT
+    assert wrap(forbidden, "failed to create pod").transient
+
+
+def test_a_create_in_a_terminating_namespace_never_heals() -> None:
+    terminating = ApiError(
+        403,
+        "Forbidden",
+        "unable to create new content in namespace x because it is being terminated",
+        {"details": {"causes": [{"reason": "NamespaceTerminating"}]}},
+    )
+    assert not is_transient(terminating)
+    assert not wrap(terminating).transient
+
+
+@pytest.mark.parametrize("transient", [True, False])
+def test_a_reconcile_error_carries_its_own_retry_rule(transient: bool) -> None:
+    error = ReconcileError("boom", transient=transient)
+    assert str(error) == "boom"
+    assert error.reason == RECONCILER_ERROR_REASON == c.REASON_RECONCILER_ERROR
+    expected = ErrorClass.TRANSIENT if transient else ErrorClass.PERMANENT
+    assert classify(error) is expected

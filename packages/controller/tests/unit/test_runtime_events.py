@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.events import (
-    EVENTS,
-    NOTE_LIMIT,
-    EventSink,
-    truncate_note,
-)
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
+from kube_agent_sandbox.controller.runtime import ApiError, EventSink, FakeApi, Obj, truncate_note
+from kube_agent_sandbox.controller.runtime.events import EVENTS, NOTE_LIMIT
 
 SANDBOX: Obj = {
     "apiVersion": "example.com/v1",

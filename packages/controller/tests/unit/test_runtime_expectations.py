@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.expectations import Expectations
+from kube_agent_sandbox.controller.runtime import Expectations
 
 
 class Clock:

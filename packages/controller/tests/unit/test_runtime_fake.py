@@ -11,8 +11,7 @@ import datetime as dt
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.fake import Call, FakeApi
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime import ApiError, Call, FakeApi, Obj, Resource
 
 THINGS = Resource(group="example.com", version="v1", plural="things", kind="Thing")
 NODES = Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)

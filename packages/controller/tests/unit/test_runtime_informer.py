@@ -6,9 +6,15 @@ import asyncio
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.informer import OWNER_UID_INDEX, EventHandler, Informer
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime import (
+    OWNER_UID_INDEX,
+    ApiError,
+    EventHandler,
+    FakeApi,
+    Informer,
+    Obj,
+    Resource,
+)
 from kube_agent_sandbox.testing.waiting import eventually
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")

@@ -6,16 +6,19 @@ import asyncio
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.leaderelection import (
-    LEASES,
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    FakeApi,
     LeaderElectionConfig,
     LeaderElectionLost,
+    Obj,
+    RuntimeMetrics,
+)
+from kube_agent_sandbox.controller.runtime.leaderelection import (
+    LEASES,
     LeaderElector,
     default_identity,
 )
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
 
 
 class Clock:

@@ -9,15 +9,18 @@ import time
 import aiohttp
 import pytest
 
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.leaderelection import (
-    LEASES,
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Controller,
+    FakeApi,
     LeaderElectionConfig,
     LeaderElectionLost,
+    Manager,
+    Request,
+    Resource,
+    Result,
 )
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.types import ApiError, Request, Resource, Result
+from kube_agent_sandbox.controller.runtime.leaderelection import LEASES
 from kube_agent_sandbox.testing.waiting import eventually
 
 THINGS = Resource("example.com", "v1", "things", "Thing")
@@ -235,9 +238,7 @@ async def test_reader_and_informer_options() -> None:
 
 
 async def test_manager_serves_the_client_metric_set() -> None:
-    from kube_agent_sandbox.controller.runtime.client import ApiClient
-    from kube_agent_sandbox.controller.runtime.config import ClusterConfig
-    from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
+    from kube_agent_sandbox.controller.runtime import ApiClient, ClusterConfig, RuntimeMetrics
 
     metrics = RuntimeMetrics()
     client = ApiClient(ClusterConfig(host="http://127.0.0.1:1"), metrics=metrics)

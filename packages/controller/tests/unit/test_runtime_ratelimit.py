@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from kube_agent_sandbox.controller.runtime import (
+    ItemExponentialBackoff,
+    default_controller_rate_limiter,
+)
 from kube_agent_sandbox.controller.runtime.ratelimit import (
     BucketRateLimiter,
-    ItemExponentialBackoff,
     MaxOfRateLimiter,
     TokenBucket,
-    default_controller_rate_limiter,
 )
 
 

@@ -15,12 +15,18 @@ import pytest
 
 from kube_agent_sandbox.controller.config import ConfigError, ControllerOptions, parse_args
 from kube_agent_sandbox.controller.config import validate as validate_options
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import Obj, Request, Resource, Result
+from kube_agent_sandbox.controller.runtime import (
+    Controller,
+    EventHandler,
+    FakeApi,
+    Informer,
+    Manager,
+    Obj,
+    Request,
+    Resource,
+    Result,
+    RuntimeMetrics,
+)
 from kube_agent_sandbox.testing.waiting import eventually
 
 PARENTS = Resource("example.com", "v1", "parents", "Parent")

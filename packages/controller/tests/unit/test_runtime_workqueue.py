@@ -6,9 +6,12 @@ import asyncio
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.ratelimit import ItemExponentialBackoff
-from kube_agent_sandbox.controller.runtime.workqueue import QueueShutDown, WorkQueue
+from kube_agent_sandbox.controller.runtime import (
+    ItemExponentialBackoff,
+    QueueShutDown,
+    RuntimeMetrics,
+    WorkQueue,
+)
 
 
 def _queue(name: str = "q", **kwargs: object) -> tuple[WorkQueue[str], RuntimeMetrics]:

@@ -18,7 +18,7 @@ from sandbox_fakes import (
 )
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.sandbox.ownership import Ownership, check_ownership
+from kube_agent_sandbox.controller.runtime import Ownership, check_ownership
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
 POOL_REF = owner_ref("SandboxWarmPool", "pool", "pool-uid")

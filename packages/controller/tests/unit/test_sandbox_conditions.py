@@ -8,14 +8,12 @@ from typing import Any
 import pytest
 from sandbox_fakes import NOW, NOW_TEXT, make_pod, make_sandbox, owner_ref
 
+from kube_agent_sandbox.controller.runtime import format_time, new_condition, set_status_condition
 from kube_agent_sandbox.controller.sandbox.conditions import (
     apply_conditions,
     compute_finished,
     compute_ready,
     compute_suspended,
-    format_time,
-    new_condition,
-    set_status_condition,
 )
 
 LATER = NOW + dt.timedelta(minutes=5)

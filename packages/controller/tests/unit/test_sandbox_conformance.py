@@ -26,7 +26,7 @@ from sandbox_fakes import (
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.types import ApiError, Result
+from kube_agent_sandbox.controller.runtime import ApiError, Result
 from kube_agent_sandbox.controller.sandbox.pod import update_pod_metadata
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.service import service_ports_for_sandbox
@@ -155,7 +155,7 @@ class TestExpiryPasses:
             obj["metadata"]["generation"] = 2
 
         cluster.mutate(SANDBOXES, "sandbox-name", edit)
-        cluster.fail("delete", PODS.plural, ApiError(403, "Forbidden", "nope"))
+        cluster.fail("delete", PODS.plural, ApiError(405, "MethodNotAllowed", "nope"))
         cluster.clear_calls()
         await rec.reconcile(request())
         assert cluster.writes(SANDBOXES) == []

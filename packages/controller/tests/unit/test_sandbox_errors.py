@@ -17,8 +17,9 @@ from sandbox_fakes import (
     sandbox_ref,
 )
 
-from kube_agent_sandbox.controller.runtime.types import ApiError, Result
-from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError, is_transient
+from kube_agent_sandbox.controller.runtime import ApiError, Result, is_transient
+from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
+from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
 INVALID_POD = ApiError(
@@ -31,6 +32,7 @@ TERMINATING_NS = ApiError(
     "Forbidden",
     'pods "sandbox-name" is forbidden: unable to create new content in namespace default '
     "because it is being terminated",
+    {"details": {"causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace"}]}},
 )
 
 
@@ -44,7 +46,9 @@ class TestClassification:
         [
             (ApiError(422, "Invalid", "x"), False),
             (ApiError(400, "BadRequest", "x"), False),
-            (ApiError(403, "Forbidden", "x"), False),
+            # RBAC missing or not synced yet (a restarted API server): retried with backoff
+            (ApiError(403, "Forbidden", "x"), True),
+            (TERMINATING_NS, False),
             (ApiError(404, "NotFound", "x"), False),
             (ApiError(409, "Conflict", "x"), True),
             (ApiError(409, "AlreadyExists", "x"), True),
@@ -283,15 +287,33 @@ class TestFailingApi:
         assert await rec.reconcile(request()) == Result()
         assert cluster.obj(PODS, "sandbox-name") is None
 
-    async def test_delete_policy_failure_is_reported(self) -> None:
-        cluster = FakeCluster()
+    @staticmethod
+    async def _expired_with_delete_policy(
+        cluster: FakeCluster, error: ApiError
+    ) -> SandboxReconciler:
+        """An expired Sandbox (policy Delete) whose next delete fails with ``error``."""
         cluster.add(
             SANDBOXES, make_sandbox(shutdown_time="2020-01-01T00:00:00Z", shutdown_policy="Delete")
         )
         rec = cluster.reconciler()
         await rec.reconcile(request())
-        cluster.fail("delete", "sandboxes", ApiError(403, "Forbidden", "no"))
+        cluster.fail("delete", "sandboxes", error)
+        return rec
+
+    async def test_delete_policy_failure_is_reported(self) -> None:
+        cluster = FakeCluster()
+        rec = await self._expired_with_delete_policy(
+            cluster, ApiError(405, "MethodNotAllowed", "no")
+        )
         assert await rec.reconcile(request()) == Result(requeue_after=60.0)
+        assert cluster.obj(SANDBOXES, "sandbox-name") is not None
+
+    async def test_forbidden_delete_is_reported_and_retried_with_backoff(self) -> None:
+        """A 403 (RBAC missing, or not synced yet) heals once the Role is there: backoff."""
+        cluster = FakeCluster()
+        rec = await self._expired_with_delete_policy(cluster, ApiError(403, "Forbidden", "no"))
+        with pytest.raises(SandboxReconcileError, match="failed to delete sandbox: no"):
+            await rec.reconcile(request())
         assert cluster.obj(SANDBOXES, "sandbox-name") is not None
 
 

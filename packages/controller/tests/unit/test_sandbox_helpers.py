@@ -14,7 +14,12 @@ from sandbox_fakes import NOW, FakeCluster, make_pod, make_sandbox, owner_ref
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import normalize_rules
-from kube_agent_sandbox.controller.runtime.mergepatch import apply_merge_patch, create_merge_patch
+from kube_agent_sandbox.controller.runtime import (
+    apply_merge_patch,
+    create_merge_patch,
+    parse_quantity,
+    semantic_equal,
+)
 from kube_agent_sandbox.controller.sandbox.expiry import check_expiry, parse_time
 from kube_agent_sandbox.controller.sandbox.metrics import (
     LABEL_NAMES,
@@ -29,7 +34,6 @@ from kube_agent_sandbox.controller.sandbox.pod import (
     update_pod_metadata,
 )
 from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
-from kube_agent_sandbox.controller.sandbox.semantic import parse_quantity, semantic_equal
 from kube_agent_sandbox.controller.sandbox.service import service_ports_for_sandbox
 from kube_agent_sandbox.controller.sandbox.setup import (
     RBAC_RULES,

@@ -23,7 +23,7 @@ from sandbox_fakes import (
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Result
+from kube_agent_sandbox.controller.runtime import ApiError, Obj, Result
 from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.setup import EVENT_REPORTER

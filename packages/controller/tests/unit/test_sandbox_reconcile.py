@@ -21,7 +21,7 @@ from sandbox_fakes import (
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.types import Result
+from kube_agent_sandbox.controller.runtime import Result
 from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
 HASH = name_hash("sandbox-name")
@@ -385,7 +385,7 @@ class TestStatusWrites:
         assert [w.body for w in writes] == [{"status": {"nodeName": "node-b"}}]
 
     async def test_status_patch_not_found_is_ignored(self) -> None:
-        from kube_agent_sandbox.controller.runtime.types import ApiError
+        from kube_agent_sandbox.controller.runtime import ApiError
 
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox())
@@ -394,7 +394,7 @@ class TestStatusWrites:
         assert "conditions" not in _status(cluster)
 
     async def test_status_patch_server_error_is_retried_with_backoff(self) -> None:
-        from kube_agent_sandbox.controller.runtime.types import ApiError
+        from kube_agent_sandbox.controller.runtime import ApiError
         from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
 
         cluster = FakeCluster()

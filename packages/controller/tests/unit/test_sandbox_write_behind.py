@@ -20,9 +20,7 @@ from sandbox_fakes import (
 )
 
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.types import ApiError, Result
+from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Manager, Result
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.controller.sandbox.setup import setup

@@ -19,7 +19,7 @@ from sandbox_fakes import FakeCluster, hash_label, make_pod, make_sandbox, reque
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.otel import OTelTracer
-from kube_agent_sandbox.controller.runtime.types import ApiError
+from kube_agent_sandbox.controller.runtime import ApiError
 from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 

@@ -22,7 +22,7 @@ import kube_agent_sandbox.controller as controller_package
 from kube_agent_sandbox.controller import app, otel, tracing
 from kube_agent_sandbox.controller.cli import main
 from kube_agent_sandbox.controller.config import parse_args
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 
 
 def _never_called(obj: Obj) -> dict[str, str]:

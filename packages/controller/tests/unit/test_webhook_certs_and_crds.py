@@ -18,8 +18,7 @@ from cryptography import x509
 
 from kube_agent_sandbox.controller import app
 from kube_agent_sandbox.controller.config import parse_args
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Obj, Resource
 from kube_agent_sandbox.controller.webhook import (
     CertificateError,
     conversion_patch,

@@ -15,7 +15,7 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,

@@ -36,7 +36,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Request, Result
+from kube_agent_sandbox.controller.runtime import ApiError, Obj, Request, Result
 from kube_agent_sandbox.testing.access import ClusterAccess
 
 PROFILE_ENV = "AGENT_SANDBOX_FUZZ_PROFILE"

@@ -25,9 +25,7 @@ from typing import Any
 import aiohttp
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import ApiClient, EventHandler, Informer, Obj
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_CLAIMS,

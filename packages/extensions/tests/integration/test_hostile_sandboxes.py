@@ -44,7 +44,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.testing.access import ClusterAccess
 
 pytestmark = [

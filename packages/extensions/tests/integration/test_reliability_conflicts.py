@@ -23,11 +23,13 @@ from reliability_support import claim, ready, template, warm_pool
 from reliability_support import until as poll_until
 
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    Manager,
+    Obj,
+    RuntimeMetrics,
+    load_kubeconfig,
+)
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_CLAIMS,

@@ -24,11 +24,15 @@ from reliability_support import until as poll_until
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ApiError,
+    Manager,
+    Obj,
+    Resource,
+    RuntimeMetrics,
+    load_kubeconfig,
+)
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
 from kube_agent_sandbox.testing.access import ClusterAccess

@@ -19,7 +19,7 @@ import pytest
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.types import Obj, Resource
+from kube_agent_sandbox.controller.runtime import Obj, Resource
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,

@@ -12,8 +12,7 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Request, Result
+from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Obj, Request, Result
 from kube_agent_sandbox.extensions.claim.errors import AdoptionConflictError, ReconcilerError
 from kube_agent_sandbox.extensions.claim.reconciler import ClaimReconciler
 from kube_agent_sandbox.extensions.claim.warmqueue import WarmQueue, feed_upsert

@@ -8,10 +8,7 @@ from typing import Any
 
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.rbac import normalize_rules
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.types import Obj, Request
-from kube_agent_sandbox.controller.runtime.workqueue import WorkQueue
+from kube_agent_sandbox.controller.runtime import FakeApi, Manager, Obj, Request, WorkQueue
 from kube_agent_sandbox.extensions.claim.observed import FirstObserved, rfc3339nano
 from kube_agent_sandbox.extensions.claim.overlay import WriteOverlay
 from kube_agent_sandbox.extensions.claim.setup import (

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.extensions.claim.errors import (
     AdoptionConflictError,
     ClaimError,

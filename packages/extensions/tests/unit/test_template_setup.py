@@ -15,9 +15,7 @@ import pytest
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller import rbac
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.types import Obj, Request
+from kube_agent_sandbox.controller.runtime import FakeApi, Manager, Obj, Request
 from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
 from kube_agent_sandbox.extensions.template.policy import desired_spec
 from kube_agent_sandbox.extensions.template.setup import (

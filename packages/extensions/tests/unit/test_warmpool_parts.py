@@ -12,9 +12,7 @@ from warmpool_harness import NS, POOL, TEMPLATE, template_obj
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.types import Obj, Request, Result
+from kube_agent_sandbox.controller.runtime import Controller, FakeApi, Obj, Request, Result
 from kube_agent_sandbox.extensions.common.blueprint import (
     blueprint_hash,
     blueprint_matches,

@@ -15,9 +15,7 @@ from warmpool_harness import NS, POOL, TEMPLATE, template_obj
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import FakeApi, Manager, Obj
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,

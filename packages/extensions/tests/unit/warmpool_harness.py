@@ -16,8 +16,7 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.types import Obj, Request
+from kube_agent_sandbox.controller.runtime import FakeApi, Obj, Request
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
 from kube_agent_sandbox.extensions.common.resources import (
     PODS,

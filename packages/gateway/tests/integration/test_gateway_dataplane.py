@@ -27,8 +27,7 @@ import pytest
 from e2b import AsyncSandbox, CommandExitException, ConnectionConfig
 from packaging.version import Version
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
+from kube_agent_sandbox.controller.runtime import ApiClient, load_kubeconfig
 from kube_agent_sandbox.gateway.tenants import create_key
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.cluster import free_port

@@ -6,9 +6,7 @@ from typing import ClassVar, cast
 
 import pytest
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
-from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
+from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, FakeApi, Resource
 from kube_agent_sandbox.testing.nsapi import EVENTS, NamespaceApi
 
 CONFIG_MAPS = Resource(group="", version="v1", plural="configmaps", kind="ConfigMap")

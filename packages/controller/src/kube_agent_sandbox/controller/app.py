@@ -32,13 +32,17 @@ from kube_agent_sandbox.controller.plugins import (
     load_plugins,
 )
 from kube_agent_sandbox.controller.profiling import profiling_handlers
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig, load_config
-from kube_agent_sandbox.controller.runtime.config import ConfigError as ClusterConfigError
-from kube_agent_sandbox.controller.runtime.leaderelection import LeaderElectionConfig
-from kube_agent_sandbox.controller.runtime.manager import Manager
-from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
-from kube_agent_sandbox.controller.runtime.types import Client
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    Client,
+    ClusterConfig,
+    LeaderElectionConfig,
+    Manager,
+    RuntimeMetrics,
+    default_metrics,
+    load_config,
+)
+from kube_agent_sandbox.controller.runtime import ConfigError as ClusterConfigError
 from kube_agent_sandbox.controller.sandbox import plugin as sandbox_plugin
 from kube_agent_sandbox.controller.version import register_build_info
 from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks

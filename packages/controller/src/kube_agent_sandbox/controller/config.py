@@ -32,7 +32,7 @@ from kube_agent_sandbox.controller.logsetup import (
     parse_stacktrace_level,
     parse_time_encoding,
 )
-from kube_agent_sandbox.controller.runtime.servers import BindAddress, parse_bind_address
+from kube_agent_sandbox.controller.runtime import BindAddress, parse_bind_address
 
 __all__ = [
     "ALLOWED_LABEL_DOMAINS_FILE",

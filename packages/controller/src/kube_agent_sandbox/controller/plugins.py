@@ -35,7 +35,7 @@ from kube_agent_sandbox.controller.rbac import PolicyRule
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
-    from kube_agent_sandbox.controller.runtime.manager import Manager
+    from kube_agent_sandbox.controller.runtime import Manager
 
 __all__ = [
     "ENTRY_POINT_GROUP",

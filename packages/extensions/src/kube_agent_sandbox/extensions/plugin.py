@@ -21,7 +21,7 @@ from kube_agent_sandbox.extensions.warmpool import setup as warmpool_setup
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
-    from kube_agent_sandbox.controller.runtime.manager import Manager
+    from kube_agent_sandbox.controller.runtime import Manager
 
 __all__ = ["PLUGIN_NAME", "RBAC_RULES", "plugin", "setup"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import Resource
+from kube_agent_sandbox.controller.runtime import Resource
 
 SANDBOXES: Final = Resource(c.GROUP, c.V1BETA1, "sandboxes", c.KIND_SANDBOX)
 SANDBOX_CLAIMS: Final = Resource(

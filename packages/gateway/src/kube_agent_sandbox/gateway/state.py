@@ -22,9 +22,14 @@ from typing import Any, Protocol
 import httpx
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime import ApiClient, Client, load_config
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
-from kube_agent_sandbox.controller.runtime.types import ListWatcher
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    Client,
+    EventHandler,
+    Informer,
+    ListWatcher,
+    load_config,
+)
 from kube_agent_sandbox.gateway.activity import ActivityTracker
 from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions

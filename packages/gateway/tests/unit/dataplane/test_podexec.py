@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 import pytest
 from dataplane_fakes import serve
 
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig
+from kube_agent_sandbox.controller.runtime import ClusterConfig
 from kube_agent_sandbox.gateway.dataplane.podexec import PodExec, PodExecError, container_of
 
 SUCCESS = json.dumps({"status": "Success"}).encode()

@@ -17,9 +17,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.config import load_kubeconfig
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj, Resource
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ApiError,
+    Obj,
+    Resource,
+    load_kubeconfig,
+)
 
 _log = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ from kube_agent_sandbox.controller.runtime.errors import ErrorClass, classify
 from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
 from kube_agent_sandbox.controller.runtime.objects import (
-    controller_ref,
     group_of,
     namespace_of,
     request_of,
 )
+from kube_agent_sandbox.controller.runtime.ownership import controller_ref
 from kube_agent_sandbox.controller.runtime.ratelimit import RateLimiter
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,

@@ -1,4 +1,4 @@
-"""Which reconcile failures are retried soon, which slowly, and which are bugs.
+"""Every reconciler's error model: which failures are retried soon, which slowly, which are bugs.
 
 controller-runtime retries every error with the per-key exponential backoff (5 ms doubling to
 1000 s) and recovers panics into errors that are retried the same way. Retrying at once only
@@ -9,13 +9,22 @@ and the log and hides the bug behind a stream of identical retries. So the contr
 every exception a reconcile raises into one of these classes (:func:`classify`) and the work
 queue treats each class differently (see :class:`~kube_agent_sandbox.controller.runtime.
 controller.Controller`).
+
+Inside a pass, a reconciler turns each failed step into a :class:`ReconcileError` (the text
+users see in a condition, its Ready reason, and whether retrying soon helps, decided by
+:func:`is_transient` from the one status table :data:`TRANSIENT_STATUSES`), and an
+:class:`ErrorCollector` gathers them so one failed step does not stop the next (upstream joins
+the errors of every step and returns them together).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Final
 
 import aiohttp
@@ -27,7 +36,17 @@ TRANSIENT_STATUSES: Final = frozenset({401, 403, 408, 409, 410, 425, 429})
 restarted API server refuses requests until its RBAC authorizer has synced: seen for several
 seconds in the restart test; also RBAC being applied), 408 (request timeout), 409 (conflict, or
 AlreadyExists while the cache catches up), 410 (an expired list continue token), 425 and 429
-(throttling). Every 5xx can heal too."""
+(throttling). Every 5xx can heal too. Every other status (400, 404, 405, 422, ...) describes
+the request itself and is permanent: retried slowly.
+
+403 is transient on purpose, as controller-runtime retries every error with backoff: when the
+controller's RBAC is missing, the error is shown (in the object's Ready condition and the log)
+and the object heals within the transient retry cap (30 s by default) of the Role being
+applied, instead of waiting for a slow retry. A create refused in a terminating namespace (a
+403 too) is the exception: it can never heal (see :func:`is_transient`)."""
+
+RECONCILER_ERROR_REASON: Final = "ReconcilerError"
+"""The condition reason of a failed pass (upstream's ``ReconcilerError``)."""
 
 
 class ErrorClass(enum.Enum):
@@ -80,6 +99,8 @@ def classify(exc: BaseException) -> ErrorClass:
 def _classify_one(exc: BaseException) -> ErrorClass | None:
     if isinstance(exc, TransientError):
         return ErrorClass.TRANSIENT
+    if isinstance(exc, ReconcileError):
+        return ErrorClass.TRANSIENT if exc.transient else ErrorClass.PERMANENT
     if isinstance(exc, ApiError):
         return ErrorClass.TRANSIENT if transient_status(exc.status) else ErrorClass.PERMANENT
     # connection refused/reset, DNS, TLS, timeouts, a stream cut mid-body, a task cancelled
@@ -92,3 +113,109 @@ def _classify_one(exc: BaseException) -> ErrorClass | None:
     if isinstance(exc, socket.gaierror):  # name resolution (the API server's DNS name)
         return ErrorClass.TRANSIENT
     return None
+
+
+class ReconcileError(Exception):
+    """A failed step of a reconcile: the text users see, its reason, and its retry rule.
+
+    Attributes:
+        message: Text shown in the object's condition (upstream's wording).
+        reason: The condition reason a reconciler reports for it.
+        transient: Whether retrying soon may succeed: raised to the work queue, it is retried
+            with the per-key backoff; otherwise the reconciler reports it and looks again
+            slowly (or when the object changes).
+    """
+
+    reason: str = RECONCILER_ERROR_REASON
+    transient: bool = True
+
+    def __init__(self, message: str, *, transient: bool | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if transient is not None:
+            self.transient = transient
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def describe(exc: BaseException) -> str:
+    """Error text as Go would print it: an API error is its status message only."""
+    if isinstance(exc, ApiError):
+        return exc.message or f"{exc.status} {exc.reason}"
+    text = str(exc)
+    return text or type(exc).__name__
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether an exception from a client call may go away when the call is repeated.
+
+    A :class:`ReconcileError` says so itself; an API error follows :data:`TRANSIENT_STATUSES`
+    (AlreadyExists is transient: the cache has not shown the object yet; a create refused in a
+    terminating namespace is not); anything else (network errors, timeouts) is transient.
+    """
+    if isinstance(exc, ReconcileError):
+        return exc.transient
+    if isinstance(exc, ApiError):
+        if exc.already_exists:
+            return True
+        if exc.namespace_terminating:
+            return False
+        return transient_status(exc.status)
+    return True
+
+
+def wrap(exc: BaseException, prefix: str | None = None) -> ReconcileError:
+    """A client exception as a ReconcileError, optionally prefixed (``pod get failed: ...``)."""
+    if isinstance(exc, ReconcileError) and prefix is None:
+        return exc
+    text = describe(exc)
+    return ReconcileError(f"{prefix}: {text}" if prefix else text, transient=is_transient(exc))
+
+
+def join_messages(errors: list[ReconcileError]) -> str | None:
+    """Errors joined with newlines, as Go's ``errors.Join``; None when there are none."""
+    if not errors:
+        return None
+    return "\n".join(err.message for err in errors)
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """Whether the step run inside :meth:`ErrorCollector.step` raised."""
+
+    failed: bool = False
+
+
+class ErrorCollector:
+    """The errors of one reconcile pass, caught at one boundary as the steps raise them.
+
+    Attributes:
+        errors: The ReconcileErrors raised so far, in step order.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[ReconcileError] = []
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[StepOutcome]:
+        """Run one step: a ReconcileError it raises is recorded and the pass goes on.
+
+        Yields:
+            The step's outcome; ``failed`` is set once the block has raised.
+        """
+        outcome = StepOutcome()
+        try:
+            yield outcome
+        except ReconcileError as error:
+            outcome.failed = True
+            self.record(error)
+
+    def record(self, error: ReconcileError) -> None:
+        """Keep one error of the pass (a subclass may keep some apart)."""
+        self.errors.append(error)
+
+    @property
+    def text(self) -> str | None:
+        """The errors joined as Go's ``errors.Join`` prints them; None when there are none."""
+        return join_messages(self.errors)

@@ -31,7 +31,8 @@ from typing import Any, Final
 
 import orjson
 
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, labels_match, meta
+from kube_agent_sandbox.controller.runtime.objects import labels_match, meta
+from kube_agent_sandbox.controller.runtime.ownership import controller_ref
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
     IndexFunc,

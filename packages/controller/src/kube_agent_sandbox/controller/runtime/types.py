@@ -345,7 +345,9 @@ class ListWatcher(Protocol):
         label_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
-    ) -> Obj: ...
+    ) -> Obj:
+        """One page of a LIST (its ``metadata.continue`` names the next page)."""
+        ...
 
     def watch(
         self,
@@ -356,7 +358,9 @@ class ListWatcher(Protocol):
         resource_version: str | None = None,
         allow_bookmarks: bool = True,
         timeout_seconds: int | None = None,
-    ) -> AsyncIterator[WatchEvent]: ...
+    ) -> AsyncIterator[WatchEvent]:
+        """The events of a WATCH from ``resource_version``, until the server ends the stream."""
+        ...
 
 
 Predicate = Callable[[Obj | None, Obj | None], bool]

@@ -1,9 +1,11 @@
-"""reconcileChildResources (spec section 3.2): PVCs, Pod, status fields, Service, conditions.
+"""PVCs, Pod, status fields, Service, conditions: upstream v0.5.6's reconcileChildResources.
 
 Every step runs even when an earlier one failed (upstream joins the errors); each step's
-error is caught by the pass's :class:`~kube_agent_sandbox.controller.sandbox.errors.ErrorCollector`
-and ends up in the Ready condition. Only an ambiguous Pod mapping (several owned Pods) skips
-the Service step, so no routing Service is created or changed (v0.5.6 delta 3.2).
+error is caught by the pass's
+:class:`~kube_agent_sandbox.controller.sandbox.errors.SandboxErrorCollector` and ends up in the
+Ready condition. Only an ambiguous Pod mapping (several owned Pods) skips the Service step, so
+no routing Service is created or changed (the strict Sandbox-to-Pod mapping of
+docs/guides/upstream-differences.md).
 """
 
 from __future__ import annotations
@@ -12,11 +14,9 @@ import datetime as dt
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash as compute_name_hash
-from kube_agent_sandbox.controller.runtime.objects import name_of
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, is_owned_by, name_of
 from kube_agent_sandbox.controller.sandbox.conditions import apply_conditions
-from kube_agent_sandbox.controller.sandbox.errors import ErrorCollector
-from kube_agent_sandbox.controller.sandbox.ownership import is_owned_by
+from kube_agent_sandbox.controller.sandbox.errors import SandboxErrorCollector
 from kube_agent_sandbox.controller.sandbox.pod_step import PodSeen, reconcile_pod
 from kube_agent_sandbox.controller.sandbox.pvc_step import reconcile_pvcs
 from kube_agent_sandbox.controller.sandbox.service_step import reconcile_service
@@ -28,7 +28,7 @@ async def reconcile_children(
     ctx: StepContext,
     sandbox: Obj,
     now: dt.datetime,
-    errors: ErrorCollector,
+    errors: SandboxErrorCollector,
     *,
     deferral: WriteDeferral | None = None,
 ) -> None:

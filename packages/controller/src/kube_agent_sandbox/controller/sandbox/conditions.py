@@ -1,112 +1,38 @@
-"""Sandbox status conditions: apimachinery's SetStatusCondition and the Sandbox condition rules.
+"""The Sandbox's conditions: Suspended, Finished, PodScheduled and Ready, computed together.
 
 Clients (the SDK, the claim controller, e2e tests comparing whole statuses) depend on the exact
-type/status/reason/message strings, on the list order (order of first insertion) and on
-lastTransitionTime moving only when a status flips, so all of that lives here, in pure
-functions that unit tests can pin down (spec sections 3.7 and "Conventions"; the PodScheduled
-mirror of upstream v0.5.6 in delta section 3.1). It stays one module of about 400 lines on
-purpose: the four conditions are computed together from the same inputs, in the spec's order.
+type/status/reason/message strings, so the rules live here in pure functions that unit tests pin
+down (upstream v0.5.6 controllers/sandbox_controller.go, computeReadyCondition and the
+Suspended/Finished handling; the PodScheduled mirror is described in
+docs/guides/upstream-differences.md). The generic condition list operations
+(``set_status_condition`` and friends) are the runtime's. The four conditions are computed from
+the same inputs, in upstream's order.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.ownership import is_owned_by
-
-TRUE = "True"
-FALSE = "False"
-UNKNOWN = "Unknown"
+from kube_agent_sandbox.controller.runtime import (
+    FALSE,
+    TRUE,
+    UNKNOWN,
+    Obj,
+    find_condition,
+    is_owned_by,
+    new_condition,
+    remove_status_condition,
+    set_status_condition,
+)
 
 _CONDITION_STATUSES = frozenset({TRUE, FALSE, UNKNOWN})
 # metav1.Condition validation (the CRD's condition schema): a reason the API server accepts.
 _REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _REASON_MAX = 1024
 _MESSAGE_MAX = 32768
-
-
-def format_time(moment: dt.datetime) -> str:
-    """Render a time the way metav1.Time serialises: RFC 3339, UTC, whole seconds."""
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def new_condition(
-    type_: str, status: str, reason: str, message: str, *, observed_generation: int
-) -> Obj:
-    """Build a metav1.Condition dict without lastTransitionTime (SetStatusCondition adds it)."""
-    cond: Obj = {"type": type_, "status": status}
-    if observed_generation:
-        cond["observedGeneration"] = observed_generation
-    cond["reason"] = reason
-    cond["message"] = message
-    return cond
-
-
-def find_condition(conditions: Sequence[Obj] | None, type_: str) -> Obj | None:
-    """Return the condition of the given type, or None."""
-    for cond in conditions or ():
-        if cond.get("type") == type_:
-            return cond
-    return None
-
-
-def is_condition_true(conditions: Sequence[Obj] | None, type_: str) -> bool:
-    """True when a condition of this type exists with status True."""
-    cond = find_condition(conditions, type_)
-    return cond is not None and cond.get("status") == TRUE
-
-
-def set_status_condition(conditions: list[Obj], new: Obj, *, now: dt.datetime) -> bool:
-    """Set ``new`` in ``conditions`` exactly like apimachinery ``meta.SetStatusCondition``.
-
-    A condition of a new type is appended at the end (lastTransitionTime = ``new``'s if set,
-    else ``now``). An existing condition is updated in place; its lastTransitionTime changes
-    only when the status changes. Reason, message and observedGeneration are overwritten.
-
-    Args:
-        conditions: The list to update in place.
-        new: The condition to set (lastTransitionTime optional).
-        now: The time to stamp on a transition when ``new`` carries none.
-
-    Returns:
-        Whether anything changed.
-    """
-    existing = find_condition(conditions, new["type"])
-    ltt = new.get("lastTransitionTime") or format_time(now)
-    if existing is None:
-        appended = dict(new)
-        appended["lastTransitionTime"] = ltt
-        conditions.append(appended)
-        return True
-    changed = False
-    if existing.get("status") != new.get("status"):
-        existing["status"] = new.get("status")
-        existing["lastTransitionTime"] = ltt
-        changed = True
-    for key in ("reason", "message"):
-        if existing.get(key, "") != new.get(key, ""):
-            existing[key] = new.get(key, "")
-            changed = True
-    new_gen = new.get("observedGeneration", 0) or 0
-    if (existing.get("observedGeneration", 0) or 0) != new_gen:
-        if new_gen:
-            existing["observedGeneration"] = new_gen
-        else:
-            existing.pop("observedGeneration", None)
-        changed = True
-    return changed
-
-
-def remove_status_condition(conditions: list[Obj], type_: str) -> bool:
-    """Remove the condition of this type; return whether one was removed."""
-    before = len(conditions)
-    conditions[:] = [cond for cond in conditions if cond.get("type") != type_]
-    return len(conditions) != before
 
 
 def _generation(sandbox: Obj) -> int:
@@ -198,7 +124,8 @@ def compute_pod_scheduled(sandbox: Obj, pod: Obj | None, *, pod_failed: bool) ->
     ``Unschedulable`` or ``SchedulingGated`` pass through; an empty reason becomes
     ``PodScheduled`` (status True) or ``PodSchedulingUnknown`` (anything else). Without a Pod
     the condition is removed, unless the Pod could not be determined (an error), which is
-    Unknown. A Pod the Sandbox does not control never leaks its state (delta section 3.1).
+    Unknown. A Pod the Sandbox does not control never leaks its state (upstream v0.5.6
+    controllers/sandbox_controller.go, computePodScheduledCondition).
 
     Args:
         sandbox: The Sandbox.
@@ -269,7 +196,8 @@ def compute_ready(
     error_text: str | None,
     multiple_pods_text: str | None = None,
 ) -> Obj:
-    """The Ready condition, evaluated in upstream's order (spec section 3.7).
+    """The Ready condition, evaluated in upstream's order (upstream v0.5.6
+    controllers/sandbox_controller.go, computeReadyCondition).
 
     Args:
         sandbox: The Sandbox.
@@ -347,7 +275,8 @@ def set_expired(conditions: list[Obj], sandbox: Obj, *, now: dt.datetime) -> Non
     """Mark ``conditions`` expired: Ready False/SandboxExpired, PodScheduled removed.
 
     Expiry tears the Pod down without passing through the pod step, so a mirrored
-    PodScheduled would go stale; Finished (and Suspended) are kept (delta section 3.1).
+    PodScheduled would go stale; Finished (and Suspended) are kept (see the PodScheduled row
+    of docs/guides/upstream-differences.md).
     """
     set_status_condition(conditions, expired_condition(sandbox), now=now)
     remove_status_condition(conditions, c.CONDITION_POD_SCHEDULED)

@@ -12,9 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.events import truncate_note
-from kube_agent_sandbox.controller.runtime.types import EventRecorder, Obj
-from kube_agent_sandbox.controller.sandbox.conditions import find_condition
+from kube_agent_sandbox.controller.runtime import EventRecorder, Obj, find_condition, truncate_note
 
 _ERROR_REASONS: Final = (c.REASON_RECONCILER_ERROR, c.REASON_MULTIPLE_PODS)
 

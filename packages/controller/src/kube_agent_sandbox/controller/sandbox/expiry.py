@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 from typing import Final
 
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 
 log = logging.getLogger(__name__)
 

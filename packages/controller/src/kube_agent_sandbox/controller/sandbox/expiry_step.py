@@ -12,14 +12,19 @@ import datetime as dt
 import logging
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import (
+    ErrorCollector,
+    Obj,
+    delete_child,
+    is_owned_by,
+    is_terminating,
+    name_of,
+    namespace_of,
+)
 from kube_agent_sandbox.controller.sandbox.conditions import set_expired
-from kube_agent_sandbox.controller.sandbox.errors import ErrorCollector
-from kube_agent_sandbox.controller.sandbox.ownership import is_owned_by
 from kube_agent_sandbox.controller.sandbox.pod import resolve_pod_name
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES, SERVICES
-from kube_agent_sandbox.controller.sandbox.step import StepContext, delete_child, is_terminating
+from kube_agent_sandbox.controller.sandbox.step import StepContext
 
 log = logging.getLogger(__name__)
 

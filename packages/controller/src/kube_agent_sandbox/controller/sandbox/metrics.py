@@ -17,9 +17,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, group_of
-from kube_agent_sandbox.controller.runtime.types import Obj, Reader
-from kube_agent_sandbox.controller.sandbox.conditions import find_condition
+from kube_agent_sandbox.controller.runtime import (
+    Obj,
+    Reader,
+    controller_ref,
+    find_condition,
+    group_of,
+)
 
 log = logging.getLogger(__name__)
 

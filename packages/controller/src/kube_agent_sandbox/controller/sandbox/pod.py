@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, group_of
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, controller_ref, group_of
 from kube_agent_sandbox.controller.sandbox.ownership import sandbox_controller_ref
 
 POD_NAME_HASH_INDEX = "sandbox-name-hash"

@@ -13,18 +13,28 @@ import logging
 from dataclasses import dataclass
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
-from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of
-from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.errors import ChildError, MultiplePodsError, wrap
-from kube_agent_sandbox.controller.sandbox.ownership import (
+from kube_agent_sandbox.controller.runtime import (
+    Obj,
     Ownership,
-    cannot_adopt_message,
+    ReconcileError,
     check_ownership,
+    create_merge_patch,
+    create_or_fetch,
+    delete_child,
     is_owned_by,
+    is_terminating,
+    meta,
+    name_of,
+    namespace_of,
+    set_controller_reference,
+    wrap,
+)
+from kube_agent_sandbox.controller.sandbox.errors import MultiplePodsError
+from kube_agent_sandbox.controller.sandbox.ownership import (
+    cannot_adopt_message,
     may_adopt,
     owned_by_other_message,
-    set_controller_reference,
+    sandbox_controller_ref,
 )
 from kube_agent_sandbox.controller.sandbox.pod import (
     POD_NAME_HASH_INDEX,
@@ -33,13 +43,7 @@ from kube_agent_sandbox.controller.sandbox.pod import (
     update_pod_metadata,
 )
 from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
-from kube_agent_sandbox.controller.sandbox.step import (
-    StepContext,
-    create_or_fetch,
-    delete_child,
-    is_terminating,
-    meta,
-)
+from kube_agent_sandbox.controller.sandbox.step import StepContext
 from kube_agent_sandbox.controller.sandbox.writebehind import WriteDeferral
 
 log = logging.getLogger(__name__)
@@ -69,7 +73,7 @@ async def reconcile_pod(
 
     Raises:
         MultiplePodsError: several Pods are controlled by this Sandbox.
-        ChildError: a Pod could not be used, adopted, created, deleted or annotated.
+        ReconcileError: a Pod could not be used, adopted, created, deleted or annotated.
     """
     namespace = namespace_of(sandbox)
     owned = [p for p in _pod_candidates(ctx, namespace, name_hash) if is_owned_by(p, sandbox)]
@@ -143,15 +147,15 @@ async def _reconcile_existing_pod(
     if ownership is Ownership.OTHER:
         assert ref is not None
         await _clear_pod_name_annotation(ctx, sandbox)
-        raise ChildError(
+        raise ReconcileError(
             owned_by_other_message("pod", pod_name, ref, name_of(sandbox)), transient=False
         )
     work: Obj = {"metadata": copy.deepcopy(pod.get("metadata") or {})}
     adopting = ownership is Ownership.UNOWNED
     if adopting:
         if not may_adopt(pod, name_hash):
-            raise ChildError(cannot_adopt_message("pod", pod_name), transient=False)
-        set_controller_reference(work, sandbox)
+            raise ReconcileError(cannot_adopt_message("pod", pod_name), transient=False)
+        set_controller_reference(work, sandbox_controller_ref(sandbox))
     changed = update_pod_metadata(work, sandbox, name_hash)
     if changed and not adopting and deferral is not None and not deferral.should_write():
         # Write-behind: skip the patch this pass; status is computed from the Pod as it
@@ -189,6 +193,7 @@ async def _create_pod(
         ctx.client,
         PODS,
         desired_pod(sandbox, name_hash),
+        field_manager=c.FIELD_OWNER_SANDBOX_CONTROLLER,
         fetch_error="pod already exists but failed to fetch",
     )
     if not created:

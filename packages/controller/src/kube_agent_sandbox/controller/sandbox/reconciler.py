@@ -27,28 +27,32 @@ from dataclasses import dataclass
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of
-from kube_agent_sandbox.controller.runtime.types import (
+from kube_agent_sandbox.controller.runtime import (
     Client,
     EventRecorder,
     Obj,
     Reader,
     Request,
     Result,
+    is_terminating,
+    meta,
+    name_of,
+    namespace_of,
+    uid_of,
+    wrap,
 )
 from kube_agent_sandbox.controller.sandbox.children import reconcile_children
 from kube_agent_sandbox.controller.sandbox.conditions import is_marked_expired, set_expired
 from kube_agent_sandbox.controller.sandbox.error_events import ErrorEvents
 from kube_agent_sandbox.controller.sandbox.errors import (
-    ErrorCollector,
-    SandboxReconcileError,
-    wrap,
+    SandboxErrorCollector as ErrorCollector,
 )
+from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
 from kube_agent_sandbox.controller.sandbox.expiry import IMMEDIATE_REQUEUE, check_expiry
 from kube_agent_sandbox.controller.sandbox.expiry_step import handle_expiry
 from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 from kube_agent_sandbox.controller.sandbox.status import StatusWriter
-from kube_agent_sandbox.controller.sandbox.step import StepContext, is_terminating, meta, uid_of
+from kube_agent_sandbox.controller.sandbox.step import StepContext
 from kube_agent_sandbox.controller.sandbox.writebehind import (
     DeferralClock,
     WriteDeferral,
@@ -284,7 +288,7 @@ class SandboxReconciler:
         """With tracing on, record this reconcile's trace on a Sandbox lacking one (3.1 step 4).
 
         Raises:
-            ChildError: ``failed to persist trace context``.
+            ReconcileError: ``failed to persist trace context``.
         """
         annotations = meta(sandbox).get("annotations") or {}
         if annotations.get(c.ANNOTATION_TRACE_CONTEXT):

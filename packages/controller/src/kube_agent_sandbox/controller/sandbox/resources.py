@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import Resource
+from kube_agent_sandbox.controller.runtime import Resource
 
 SANDBOXES: Final = Resource(
     group=c.GROUP, version=c.V1BETA1, plural="sandboxes", kind=c.KIND_SANDBOX

@@ -11,7 +11,7 @@ import re
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.controller.sandbox.ownership import sandbox_controller_ref
 
 MAX_SERVICE_NAME_LENGTH: Final = 63

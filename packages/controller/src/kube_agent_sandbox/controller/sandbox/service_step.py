@@ -11,18 +11,26 @@ import copy
 import logging
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
-from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of
-from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.errors import ChildError, wrap
-from kube_agent_sandbox.controller.sandbox.ownership import (
+from kube_agent_sandbox.controller.runtime import (
+    Obj,
     Ownership,
-    cannot_adopt_message,
+    ReconcileError,
     check_ownership,
-    may_adopt,
-    owned_by_other_message,
+    create_merge_patch,
+    create_or_fetch,
+    delete_child,
+    meta,
+    name_of,
+    namespace_of,
     quote,
     set_controller_reference,
+    wrap,
+)
+from kube_agent_sandbox.controller.sandbox.ownership import (
+    cannot_adopt_message,
+    may_adopt,
+    owned_by_other_message,
+    sandbox_controller_ref,
 )
 from kube_agent_sandbox.controller.sandbox.resources import SERVICES
 from kube_agent_sandbox.controller.sandbox.service import (
@@ -32,12 +40,7 @@ from kube_agent_sandbox.controller.sandbox.service import (
     service_ports_equal,
     service_ports_for_sandbox,
 )
-from kube_agent_sandbox.controller.sandbox.step import (
-    StepContext,
-    create_or_fetch,
-    delete_child,
-    meta,
-)
+from kube_agent_sandbox.controller.sandbox.step import StepContext
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ async def reconcile_service(ctx: StepContext, sandbox: Obj, name_hash: str) -> O
         The Service the Sandbox routes through, or None.
 
     Raises:
-        ChildError: the Service could not be created, adopted, repaired or deleted.
+        ReconcileError: the Service could not be created, adopted, repaired or deleted.
     """
     namespace, name = namespace_of(sandbox), name_of(sandbox)
     wanted = sandbox.get("spec", {}).get("service")
@@ -62,7 +65,7 @@ async def reconcile_service(ctx: StepContext, sandbox: Obj, name_hash: str) -> O
         problem = service_name_problem(name)
         if problem is not None:
             _clear_service_status(sandbox)
-            raise ChildError(
+            raise ReconcileError(
                 f"cannot create headless service {quote(name)}: name {problem}",
                 transient=False,
             )
@@ -70,6 +73,7 @@ async def reconcile_service(ctx: StepContext, sandbox: Obj, name_hash: str) -> O
             ctx.client,
             SERVICES,
             desired_service(sandbox, name_hash, ports),
+            field_manager=c.FIELD_OWNER_SANDBOX_CONTROLLER,
             fetch_error="service get failed",
         )
         if created:
@@ -87,7 +91,7 @@ async def reconcile_service(ctx: StepContext, sandbox: Obj, name_hash: str) -> O
         return None
     if ownership is Ownership.OTHER:
         assert ref is not None
-        raise ChildError(owned_by_other_message("service", name, ref, name), transient=False)
+        raise ReconcileError(owned_by_other_message("service", name, ref, name), transient=False)
     if ownership is Ownership.UNOWNED:
         if wanted is None:
             _clear_service_status(sandbox)
@@ -105,10 +109,10 @@ async def _adopt_service(
     """Take over an adoptable headless Service: tracking label, selector, ports, owner."""
     name = name_of(svc)
     if not may_adopt(svc, name_hash):
-        raise ChildError(cannot_adopt_message("service", name), transient=False)
+        raise ReconcileError(cannot_adopt_message("service", name), transient=False)
     cluster_ip = (svc.get("spec") or {}).get("clusterIP") or ""
     if cluster_ip not in ("None", ""):
-        raise ChildError(
+        raise ReconcileError(
             f"cannot adopt service {quote(name)}: ClusterIP is {quote(cluster_ip)} "
             f'(expected "None", field is immutable)',
             transient=False,
@@ -125,7 +129,7 @@ async def _adopt_service(
         spec["ports"] = ports
     else:
         spec.pop("ports", None)
-    set_controller_reference(body, sandbox)
+    set_controller_reference(body, sandbox_controller_ref(sandbox))
     try:
         updated = await ctx.client.update(SERVICES, namespace_of(svc), name, body)
     except Exception as exc:

@@ -19,8 +19,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.goduration import format_go_duration
 from kube_agent_sandbox.controller.plugins import ControllerPlugin
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
-from kube_agent_sandbox.controller.runtime.builder import ControllerBuilder
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import ControllerBuilder, Obj
 from kube_agent_sandbox.controller.sandbox.metrics import register_collector
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
@@ -30,7 +29,7 @@ from kube_agent_sandbox.controller.tracing import tracer_for
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
-    from kube_agent_sandbox.controller.runtime.manager import Manager
+    from kube_agent_sandbox.controller.runtime import Manager
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,21 @@ import copy
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
-from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj
-from kube_agent_sandbox.controller.sandbox.conditions import is_condition_true
-from kube_agent_sandbox.controller.sandbox.errors import wrap
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Client,
+    Obj,
+    create_merge_patch,
+    is_condition_true,
+    is_empty,
+    name_of,
+    namespace_of,
+    resource_version_of,
+    semantic_equal,
+    uid_of,
+    wrap,
+)
 from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
-from kube_agent_sandbox.controller.sandbox.semantic import is_empty, semantic_equal
-from kube_agent_sandbox.controller.sandbox.step import resource_version_of, uid_of
 
 STATUS_FIELDS = ("serviceFQDN", "service", "conditions", "selector", "podIPs", "nodeName")
 
@@ -99,7 +106,7 @@ class StatusWriter:
         """Patch the status subresource when the pass changed it (NotFound: deleted, fine).
 
         Raises:
-            ChildError: ``failed to patch sandbox status``.
+            ReconcileError: ``failed to patch sandbox status``.
         """
         patch = status_patch(old_status, sandbox.get("status"))
         if patch is None:

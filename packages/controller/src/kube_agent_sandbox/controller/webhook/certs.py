@@ -33,7 +33,7 @@ from kube_agent_sandbox.controller.config import (
     DEFAULT_WEBHOOK_CERT_NAME,
     DEFAULT_WEBHOOK_KEY_NAME,
 )
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Resource
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, Resource
 from kube_agent_sandbox.controller.webhook.x509build import Issuer, build_certificate, key_usage
 
 logger = logging.getLogger(__name__)

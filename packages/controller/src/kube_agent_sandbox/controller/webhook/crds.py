@@ -15,7 +15,7 @@ import logging
 from typing import Any, Final
 
 from kube_agent_sandbox.api.constants import CONVERSION_PATH
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Resource
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, Resource
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
+from kube_agent_sandbox.controller.runtime import ApiError, Obj, is_controlled_by
 from kube_agent_sandbox.extensions.claim import podmetadata
 from kube_agent_sandbox.extensions.claim.adopt_step import adopt, complete_adoption
 from kube_agent_sandbox.extensions.claim.adoption import (
@@ -43,7 +43,7 @@ from kube_agent_sandbox.extensions.claim.provision import (
     template_for,
 )
 from kube_agent_sandbox.extensions.claim.warmqueue import adoptable_pool
-from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind, is_controlled_by
+from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind
 from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 
 log = logging.getLogger(__name__)

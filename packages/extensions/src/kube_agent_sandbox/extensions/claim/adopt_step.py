@@ -13,9 +13,13 @@ import logging
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Obj,
+    create_merge_patch,
+    is_controlled_by,
+    meta,
+)
 from kube_agent_sandbox.extensions.claim.adoption import adoption_target, is_ready
 from kube_agent_sandbox.extensions.claim.annotations import clear_assignment
 from kube_agent_sandbox.extensions.claim.context import (
@@ -37,7 +41,6 @@ from kube_agent_sandbox.extensions.claim.observed import rfc3339nano
 from kube_agent_sandbox.extensions.claim.provision import template_or_none
 from kube_agent_sandbox.extensions.claim.sandboxbuild import claim_created_by
 from kube_agent_sandbox.extensions.claim.warmqueue import WarmKey, adoptable_pool
-from kube_agent_sandbox.extensions.common.ownership import is_controlled_by
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.conditions import is_condition_true
+from kube_agent_sandbox.controller.runtime import Obj, is_condition_true, meta
 from kube_agent_sandbox.extensions.claim.sandboxbuild import (
     desired_pod_metadata,
     merge_claim_metadata,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
+from kube_agent_sandbox.controller.runtime import ApiError, Obj
 from kube_agent_sandbox.extensions.claim.context import (
     ClaimContext,
     ClaimPass,

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Client, EventRecorder, Obj, Reader
+from kube_agent_sandbox.controller.runtime import Client, EventRecorder, Obj, Reader, meta
 from kube_agent_sandbox.controller.tracing import Tracer
 from kube_agent_sandbox.extensions.claim.observed import FirstObserved
 from kube_agent_sandbox.extensions.claim.overlay import WriteOverlay

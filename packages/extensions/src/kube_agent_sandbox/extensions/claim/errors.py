@@ -1,10 +1,12 @@
 """Why a claim pass failed, as the claim's Ready condition and the work queue need to know it.
 
-Upstream sorts its errors into three families (spec 4.3.1 step 12, 4.3.6): user-configuration
-errors that retrying cannot fix (written to Ready, not retried), missing pool or template
-(written to Ready, retried after a minute) and everything else (written to Ready as
-``ReconcilerError`` and retried with backoff). One small hierarchy carries the Ready reason,
-the message and the retry policy, so the status table and the result rules read one object.
+Upstream sorts its errors into three families (upstream v0.5.6
+extensions/controllers/sandboxclaim_controller.go, Reconcile and its error handling):
+user-configuration errors that retrying cannot fix (written to Ready, not retried), missing pool
+or template (written to Ready, looked at again after a minute) and everything else (written to
+Ready as ``ReconcilerError`` and retried with backoff). One small hierarchy on the runtime's
+:class:`~kube_agent_sandbox.controller.runtime.ReconcileError` carries the Ready reason, the
+message and the retry rule, so the status table and the result rules read one object.
 """
 
 from __future__ import annotations
@@ -12,35 +14,34 @@ from __future__ import annotations
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.types import TransientError
-from kube_agent_sandbox.controller.sandbox.ownership import quote
+from kube_agent_sandbox.controller.runtime import ReconcileError, quote
 
 NOT_FOUND_REQUEUE: Final = 60.0
 """Seconds before a claim whose pool or template is missing is looked at again."""
 
 CREATE_PENDING_REQUEUE: Final = 0.2
-"""Seconds before a create that hit AlreadyExists is retried (delta 5.3)."""
+"""Seconds before a create that hit AlreadyExists is retried (the cache has not shown it)."""
 
 __all__ = ["quote"]  # re-exported: the reconciler quotes names like the errors do
 
 
-class ClaimError(TransientError):
+class ClaimError(ReconcileError):
     """A failed claim pass.
 
     Attributes:
         reason: The Ready condition reason.
         ready_message: The Ready condition message.
-        suppressed: True when retrying cannot help (no error is returned to the queue).
+        transient: True when the pass raises it to the work queue (retried with backoff);
+            False when the pass only reports it in Ready and returns (looked at again after a
+            delay of its own, or when the claim changes).
         keeps_binding: False when ``status.sandbox`` must be cleared (only "not owned").
     """
 
     reason: str = c.REASON_RECONCILER_ERROR
-    suppressed: bool = False
     keeps_binding: bool = True
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.message = message
 
     @property
     def ready_message(self) -> str:
@@ -56,6 +57,7 @@ class TemplateNotFoundError(ClaimError):
     """The pool's SandboxTemplate does not exist."""
 
     reason = c.REASON_TEMPLATE_NOT_FOUND
+    transient = False
 
     def __init__(self, template: str, *, prefix: str = "") -> None:
         self.template = template
@@ -70,6 +72,7 @@ class WarmPoolNotFoundError(ClaimError):
     """The claim's SandboxWarmPool does not exist."""
 
     reason = c.REASON_WARM_POOL_NOT_FOUND
+    transient = False
 
     def __init__(self, pool: str, *, prefix: str = "") -> None:
         self.pool = pool
@@ -81,7 +84,7 @@ class WarmPoolNotFoundError(ClaimError):
 
 
 class _VerbatimError(ClaimError):
-    suppressed = True
+    transient = False
 
     @property
     def ready_message(self) -> str:
@@ -123,7 +126,7 @@ class SandboxNotOwnedError(ClaimError):
     """An expired claim's Sandbox is controlled by someone else: it is left alone."""
 
     reason = c.REASON_CLAIM_EXPIRED
-    suppressed = True
+    transient = False
     keeps_binding = False
 
     def __init__(self, sandbox: str, claim: str) -> None:
@@ -141,7 +144,7 @@ class SandboxCreatePendingError(ClaimError):
     """The cold create met AlreadyExists: the cache has not shown the Sandbox yet."""
 
     reason = c.REASON_SANDBOX_CREATE_PENDING
-    suppressed = True
+    transient = False
 
     def __init__(self) -> None:
         super().__init__("Sandbox already created; waiting for cache to converge")
@@ -152,7 +155,7 @@ class SandboxCreatePendingError(ClaimError):
 
 
 def conflict_detail(text: str) -> str:
-    """Replace the apiserver's long conflict tail with a short note (spec 4.3.5)."""
+    """Replace the apiserver's long conflict tail with ``(conflicting concurrent write)``."""
     marker = "the object has been modified"
     index = text.find(marker)
     if index < 0:

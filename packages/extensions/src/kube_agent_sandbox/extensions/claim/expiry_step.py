@@ -12,15 +12,18 @@ import datetime as dt
 import logging
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
-from kube_agent_sandbox.controller.sandbox.conditions import set_status_condition
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Obj,
+    is_controlled_by,
+    meta,
+    set_status_condition,
+)
 from kube_agent_sandbox.extensions.claim import lifecycle
 from kube_agent_sandbox.extensions.claim.context import ClaimContext, ClaimPass, key_of
 from kube_agent_sandbox.extensions.claim.errors import ReconcilerError, SandboxNotOwnedError
 from kube_agent_sandbox.extensions.claim.status import claim_expired_condition
 from kube_agent_sandbox.extensions.claim.status_step import write_status
-from kube_agent_sandbox.extensions.common.ownership import is_controlled_by
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,16 @@ import asyncio
 import logging
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Reader
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Client,
+    Obj,
+    Reader,
+    is_controlled_by,
+    meta,
+)
 from kube_agent_sandbox.extensions.claim.context import key_of
-from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind, is_controlled_by
+from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind
 from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES
 
 log = logging.getLogger(__name__)

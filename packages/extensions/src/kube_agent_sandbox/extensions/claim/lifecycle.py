@@ -17,8 +17,7 @@ import re
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, meta
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, meta
 from kube_agent_sandbox.extensions.claim.lifecycle import parse_time_or_none
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, meta
 
 _Key = tuple[str, str]
 

@@ -15,9 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from kube_agent_sandbox.controller.runtime.informer import EventHandler
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj, Reader
+from kube_agent_sandbox.controller.runtime import EventHandler, Obj, Reader, meta
 
 DEFAULT_TTL: Final = 60.0
 """Seconds an entry may outlive a cache that never shows it (e.g. missed by a relist)."""

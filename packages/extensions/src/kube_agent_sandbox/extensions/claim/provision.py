@@ -11,10 +11,13 @@ import copy
 import logging
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import ApiError, Obj
-from kube_agent_sandbox.controller.sandbox.semantic import semantic_equal
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Obj,
+    create_merge_patch,
+    meta,
+    semantic_equal,
+)
 from kube_agent_sandbox.extensions.claim.context import (
     ClaimContext,
     ClaimPass,

@@ -38,8 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import (
+from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
     EventRecorder,
@@ -47,8 +46,10 @@ from kube_agent_sandbox.controller.runtime.types import (
     Reader,
     Request,
     Result,
+    find_condition,
+    meta,
+    set_status_condition,
 )
-from kube_agent_sandbox.controller.sandbox.conditions import find_condition, set_status_condition
 from kube_agent_sandbox.controller.tracing import NOOP_TRACER, Tracer
 from kube_agent_sandbox.extensions.claim import lifecycle
 from kube_agent_sandbox.extensions.claim.active import reconcile_active
@@ -296,7 +297,7 @@ class ClaimReconciler:
             return Result(requeue_after=_shorter(NOT_FOUND_REQUEUE, pending))
         if isinstance(error, SandboxCreatePendingError):
             return Result(requeue_after=_shorter(CREATE_PENDING_REQUEUE, pending))
-        if error is not None and not error.suppressed:
+        if error is not None and error.transient:
             raise error
         return Result(requeue_after=pending)
 

@@ -13,8 +13,7 @@ import copy
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, meta
 from kube_agent_sandbox.extensions.claim import envinject, podmetadata, volumes
 from kube_agent_sandbox.extensions.claim.errors import (
     EnvInjectionRejectedError,

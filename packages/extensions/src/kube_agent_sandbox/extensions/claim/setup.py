@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, meta
-from kube_agent_sandbox.controller.runtime.types import Obj, Request
-from kube_agent_sandbox.controller.runtime.workqueue import WorkQueue
-from kube_agent_sandbox.controller.sandbox.conditions import find_condition
+from kube_agent_sandbox.controller.runtime import (
+    Controller,
+    EventHandler,
+    Informer,
+    Obj,
+    Request,
+    WorkQueue,
+    controller_ref,
+    find_condition,
+    meta,
+)
 from kube_agent_sandbox.controller.tracing import tracer_for
 from kube_agent_sandbox.extensions.claim.metrics import ClaimMetrics
 from kube_agent_sandbox.extensions.claim.observed import FirstObserved
@@ -47,7 +52,7 @@ from kube_agent_sandbox.extensions.common.resources import (
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
-    from kube_agent_sandbox.controller.runtime.manager import Manager
+    from kube_agent_sandbox.controller.runtime import Manager
 
 log = logging.getLogger(__name__)
 

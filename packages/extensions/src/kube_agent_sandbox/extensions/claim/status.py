@@ -12,15 +12,15 @@ import datetime as dt
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.mergepatch import create_merge_patch
-from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.conditions import (
+from kube_agent_sandbox.controller.runtime import (
+    Obj,
+    create_merge_patch,
     find_condition,
     new_condition,
     remove_status_condition,
+    semantic_equal,
     set_status_condition,
 )
-from kube_agent_sandbox.controller.sandbox.semantic import semantic_equal
 from kube_agent_sandbox.extensions.claim.errors import ClaimError
 
 FALSE: Final = "False"

@@ -27,9 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.informer import EventHandler
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, group_of, meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import EventHandler, Obj, controller_ref, group_of, meta
 
 log = logging.getLogger(__name__)
 

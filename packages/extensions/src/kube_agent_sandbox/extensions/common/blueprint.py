@@ -20,8 +20,7 @@ from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.types import Obj
-from kube_agent_sandbox.controller.sandbox.semantic import semantic_equal
+from kube_agent_sandbox.controller.runtime import Obj, semantic_equal
 
 __all__ = [
     "DEFAULT_DNS_NAMESERVERS",

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, meta
 from kube_agent_sandbox.extensions.idle.policy import POLICY_KEYS
 
 __all__ = ["inherited_annotations", "owning_claim_name", "template_name"]

@@ -18,8 +18,7 @@ from typing import Any, Final
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import parse_micro_time
 from kube_agent_sandbox.controller.goduration import format_go_duration
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import (
+from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
     EventRecorder,
@@ -27,6 +26,7 @@ from kube_agent_sandbox.controller.runtime.types import (
     Reader,
     Request,
     Result,
+    meta,
 )
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.extensions.idle.cpu import read_pod_cpu

@@ -6,7 +6,7 @@ from typing import Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api import heartbeat
-from kube_agent_sandbox.controller.runtime.types import Resource
+from kube_agent_sandbox.controller.runtime import Resource
 
 __all__ = ["HEARTBEAT_SELECTOR", "LEASES", "POD_METRICS"]
 

@@ -13,9 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj, Request
+from kube_agent_sandbox.controller.runtime import Controller, Obj, Request, meta
 from kube_agent_sandbox.extensions.common.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -27,7 +25,7 @@ from kube_agent_sandbox.extensions.idle.resources import HEARTBEAT_SELECTOR, LEA
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
-    from kube_agent_sandbox.controller.runtime.manager import Manager
+    from kube_agent_sandbox.controller.runtime import Manager
 
 __all__ = ["CONTROLLER_NAME", "EVENT_REPORTER", "RBAC_RULES", "lease_to_sandbox", "setup"]
 

@@ -15,8 +15,7 @@ import copy
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import name_of
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, name_of
 from kube_agent_sandbox.extensions.common.blueprint import template_ref_hash
 
 __all__ = [

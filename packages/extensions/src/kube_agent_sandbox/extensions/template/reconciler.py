@@ -22,24 +22,28 @@ import logging
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.events import truncate_note
-from kube_agent_sandbox.controller.runtime.objects import meta, name_of, namespace_of
-from kube_agent_sandbox.controller.runtime.types import (
+from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
     EventRecorder,
     Obj,
     Reader,
+    ReconcileError,
     Request,
     Result,
     TransientError,
+    is_controlled_by,
+    meta,
+    name_of,
+    namespace_of,
+    quote,
+    semantic_equal,
+    truncate_note,
+    wrap,
 )
-from kube_agent_sandbox.controller.sandbox.errors import ChildError, wrap
-from kube_agent_sandbox.controller.sandbox.ownership import quote
-from kube_agent_sandbox.controller.sandbox.semantic import semantic_equal
 from kube_agent_sandbox.controller.tracing import NOOP_TRACER, Tracer
 from kube_agent_sandbox.extensions.common.blueprint import template_ref_hash
-from kube_agent_sandbox.extensions.common.ownership import controller_ref_to, is_controlled_by
+from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
 from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
 from kube_agent_sandbox.extensions.template.policy import (
     desired_network_policy,
@@ -126,7 +130,7 @@ class TemplateReconciler:
         with self._tracer.object_span("ReconcileSandboxTemplate", template, _span_attributes):
             try:
                 await self._reconcile_template(template)
-            except ChildError as error:
+            except ReconcileError as error:
                 if error.transient:
                     log.info("sandboxtemplate %s: %s (will retry with backoff)", request, error)
                     raise TemplateReconcileError(error.message) from error
@@ -206,7 +210,7 @@ class TemplateReconciler:
         policy_name = network_policy_name(template_name)
         problem = network_policy_name_problem(template_name)
         if problem is not None:
-            raise ChildError(
+            raise ReconcileError(
                 f"cannot create NetworkPolicy {quote(policy_name)}: {problem}", transient=False
             )
         policy = self._policies.get(namespace, policy_name)
@@ -214,7 +218,9 @@ class TemplateReconciler:
             await self._create(template, policy_name)
             return
         if not is_controlled_by(policy, template):
-            raise ChildError(not_controlled_message(policy_name, template_name), transient=False)
+            raise ReconcileError(
+                not_controlled_message(policy_name, template_name), transient=False
+            )
         if _terminating(policy):
             return  # its deletion event brings the template back; then it is created anew
         desired = desired_spec(template)

@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of
-from kube_agent_sandbox.controller.runtime.types import Mapper, Obj, Reader, Request
+from kube_agent_sandbox.controller.runtime import (
+    Controller,
+    Mapper,
+    Obj,
+    Reader,
+    Request,
+    name_of,
+    namespace_of,
+)
 from kube_agent_sandbox.controller.tracing import tracer_for
 from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind
 from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
@@ -27,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from kube_agent_sandbox.controller.config import ControllerOptions
-    from kube_agent_sandbox.controller.runtime.manager import Manager
+    from kube_agent_sandbox.controller.runtime import Manager
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,14 @@ import logging
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.expectations import Expectations
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, meta, name_of
-from kube_agent_sandbox.controller.runtime.types import Client, Obj
+from kube_agent_sandbox.controller.runtime import (
+    Client,
+    Expectations,
+    Obj,
+    controller_ref,
+    meta,
+    name_of,
+)
 from kube_agent_sandbox.extensions.common.blueprint import (
     ON_REPLENISH,
     RECREATE,

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, meta
 from kube_agent_sandbox.extensions.common.blueprint import (
     apply_secure_defaults,
     blueprint_hash,

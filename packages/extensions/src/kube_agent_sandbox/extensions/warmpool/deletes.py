@@ -6,9 +6,15 @@ functions, so the precondition and the expectation roll-back are written once.
 
 from __future__ import annotations
 
-from kube_agent_sandbox.controller.runtime.expectations import Expectations
-from kube_agent_sandbox.controller.runtime.objects import meta, name_of
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Request
+from kube_agent_sandbox.controller.runtime import (
+    ApiError,
+    Client,
+    Expectations,
+    Obj,
+    Request,
+    meta,
+    name_of,
+)
 from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.passes import uid_of
 

@@ -11,8 +11,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import meta, namespace_of
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, meta, namespace_of
 from kube_agent_sandbox.extensions.warmpool.blueprint import template_name_of
 
 __all__ = [

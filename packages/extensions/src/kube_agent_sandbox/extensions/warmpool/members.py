@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, meta
-from kube_agent_sandbox.controller.runtime.types import Obj
+from kube_agent_sandbox.controller.runtime import Obj, controller_ref, meta
 from kube_agent_sandbox.extensions.common.blueprint import blueprint_matches, template_ref_hash
 
 __all__ = [

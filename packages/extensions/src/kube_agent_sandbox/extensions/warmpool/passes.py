@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import Obj, Request
+from kube_agent_sandbox.controller.runtime import Obj, Request, meta
 from kube_agent_sandbox.extensions.warmpool.refill import ReplenishHold, TokenBucket
 
 __all__ = ["Pass", "PoolState", "Requeue", "uid_of"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from kube_agent_sandbox.controller.goduration import format_go_duration
-from kube_agent_sandbox.controller.runtime.types import EventRecorder, Obj, Request
+from kube_agent_sandbox.controller.runtime import EventRecorder, Obj, Request
 
 __all__ = [
     "ACTION_RECONCILING",

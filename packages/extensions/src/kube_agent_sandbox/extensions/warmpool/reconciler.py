@@ -25,17 +25,18 @@ from typing import Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime.expectations import Expectations
-from kube_agent_sandbox.controller.runtime.objects import controller_ref, meta
-from kube_agent_sandbox.controller.runtime.types import (
+from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
     EventRecorder,
+    Expectations,
     Obj,
     Reader,
     Request,
     Result,
     TransientError,
+    controller_ref,
+    meta,
 )
 from kube_agent_sandbox.extensions.common.ownership import is_extension_ref
 from kube_agent_sandbox.extensions.warmpool.active import filter_active

@@ -11,8 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from kube_agent_sandbox.controller.runtime.expectations import Expectations
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Expectations, Obj
 from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
 from kube_agent_sandbox.extensions.warmpool.deletes import delete_member

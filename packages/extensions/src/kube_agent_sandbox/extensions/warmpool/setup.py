@@ -13,10 +13,18 @@ from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
-from kube_agent_sandbox.controller.runtime.controller import Controller
-from kube_agent_sandbox.controller.runtime.informer import EventHandler, Informer
-from kube_agent_sandbox.controller.runtime.objects import name_of, namespace_of, request_of
-from kube_agent_sandbox.controller.runtime.types import Mapper, Obj, Request, Resource
+from kube_agent_sandbox.controller.runtime import (
+    Controller,
+    EventHandler,
+    Informer,
+    Mapper,
+    Obj,
+    Request,
+    Resource,
+    name_of,
+    namespace_of,
+    request_of,
+)
 from kube_agent_sandbox.extensions.common.resources import (
     PODS,
     SANDBOX_TEMPLATES,
@@ -37,7 +45,7 @@ from kube_agent_sandbox.extensions.warmpool.reconciler import (
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions
-    from kube_agent_sandbox.controller.runtime.manager import Manager
+    from kube_agent_sandbox.controller.runtime import Manager
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from kube_agent_sandbox.controller.runtime.objects import meta, name_of
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, meta, name_of
 from kube_agent_sandbox.extensions.common.resources import SANDBOX_WARM_POOLS
 from kube_agent_sandbox.extensions.warmpool.passes import Pass, PoolState
 

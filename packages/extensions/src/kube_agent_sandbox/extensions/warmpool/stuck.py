@@ -12,8 +12,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 
-from kube_agent_sandbox.controller.runtime.expectations import Expectations
-from kube_agent_sandbox.controller.runtime.types import Client, Obj
+from kube_agent_sandbox.controller.runtime import Client, Expectations, Obj
 from kube_agent_sandbox.extensions.warmpool.deletes import delete_member
 from kube_agent_sandbox.extensions.warmpool.members import StuckVerdict, stuck_verdict
 from kube_agent_sandbox.extensions.warmpool.passes import Pass

@@ -26,8 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime import ApiError, Obj
-from kube_agent_sandbox.controller.runtime.types import Resource
+from kube_agent_sandbox.controller.runtime import ApiError, Obj, Resource
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_IDEMPOTENCY_KEY,
     ANNOTATION_METADATA,

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs
 
 from starlette.responses import Response
 
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig
+from kube_agent_sandbox.controller.runtime import ClusterConfig
 from kube_agent_sandbox.gateway.dataplane import execscripts as scripts
 from kube_agent_sandbox.gateway.dataplane.multipart import (
     MultipartError,

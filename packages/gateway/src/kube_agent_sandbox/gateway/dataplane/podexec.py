@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from kube_agent_sandbox.controller.runtime.config import ClusterConfig
+from kube_agent_sandbox.controller.runtime import ClusterConfig
 from kube_agent_sandbox.sdk import execproto
 from kube_agent_sandbox.sdk.errors import ExecFailedError
 
