@@ -50,8 +50,8 @@ from benchlib.procstats import MIB, ProcessSampler, read_sample  # noqa: E402
 from benchlib.shapes import sandbox_manifest  # noqa: E402
 from benchlib.tracker import SandboxTracker  # noqa: E402
 
+from kube_agent_sandbox.api.resources import SANDBOXES  # noqa: E402
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError  # noqa: E402
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES  # noqa: E402
 
 log = logging.getLogger("bench.soak")
 

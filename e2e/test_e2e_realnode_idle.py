@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller import rbac
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import ApiClient, Manager, load_kubeconfig
 from kube_agent_sandbox.extensions.idle import setup as idle_setup
-from kube_agent_sandbox.gateway.resources import SANDBOXES
 from kube_agent_sandbox.gateway.resume import Resumer
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner

@@ -122,8 +122,9 @@ class SyntheticSource:
 
 async def _fill(source: SyntheticSource, *, transform: bool) -> tuple[Any, float]:
     """Run an informer over ``source`` until it holds every object; return it and the time."""
+    from kube_agent_sandbox.api.resources import SANDBOXES
+    from kube_agent_sandbox.api.rest import PODS
     from kube_agent_sandbox.controller.runtime import Informer
-    from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
     from kube_agent_sandbox.controller.sandbox.setup import POD_INDEXES, pod_cache_transform
 
     if source.kind == "Sandbox":

@@ -41,12 +41,8 @@ from benchlib.workload import (
     template_manifest,
     wait_pool_ready,
 )
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from kube_agent_sandbox.controller.runtime import ApiClient
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-)
 
 log = logging.getLogger(__name__)
 

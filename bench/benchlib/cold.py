@@ -22,8 +22,8 @@ from benchlib.shapes import sandbox_manifest
 from benchlib.stats import sustained_rate
 from benchlib.tracker import SandboxTracker
 from benchlib.workload import add_latency_rows, add_request_rows, cpu_share_rows, send_open_loop
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiClient
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 
 @dataclass(frozen=True)

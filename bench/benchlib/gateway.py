@@ -45,12 +45,8 @@ from benchlib.report import BenchResult, at_most
 from benchlib.stats import summarize
 from benchlib.tracker import SandboxTracker
 from benchlib.workload import add_latency_rows, template_manifest
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from kube_agent_sandbox.controller.runtime import ApiClient
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-)
 from kube_agent_sandbox.testing.gateway import (
     ENVD_PORT,
     create_key,

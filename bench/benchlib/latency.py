@@ -18,7 +18,7 @@ from benchlib.ops import percentile
 from benchlib.report import BenchResult, Interrupted, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOXES
 
 TIMEOUT = 60.0
 POD_STARTUP_TARGET_S = 5.0

@@ -27,8 +27,8 @@ from benchlib.promtext import apiserver_requests
 from benchlib.report import BenchResult, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 IDLE_TARGET_MIB = 45.0
 PER_10K_TARGET_MIB = 55.0

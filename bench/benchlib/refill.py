@@ -26,7 +26,7 @@ from benchlib.workload import (
     template_manifest,
     wait_pool_ready,
 )
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 
 SETTLE_S = 5.0
 """Seconds the benchmark keeps counting creates after the pool is full (late extra creates)."""

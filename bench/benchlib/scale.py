@@ -24,8 +24,9 @@ from benchlib.procstats import MIB, ProcessSampler, read_sample
 from benchlib.report import BenchResult, Interrupted, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.tracker import SandboxTracker
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.testing.processes import ManagedProcess
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from typing import Any
 
 import aiohttp
 
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, Resource
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,8 @@ from benchlib.report import BenchResult, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.stats import summarize
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiClient
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_WARM_POOLS
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from kube_agent_sandbox.conformance import report, runner
 from kube_agent_sandbox.conformance.manifests import condition_types, has_condition, name_hash
 from kube_agent_sandbox.conformance.plugin import namespace_name
 from kube_agent_sandbox.conformance.resources import KNOWN_RESOURCES
+from kube_agent_sandbox.conformance.target import Target
 
 
 @pytest.mark.parametrize(
@@ -130,7 +131,7 @@ def test_pytest_arguments_select_profiles_and_reports(tmp_path: Path) -> None:
         ["--profile", "core", "--report-dir", str(tmp_path), "--", "-k", "pod"]
     )
     assert extra == ["-k", "pod"]
-    target = runner.Target(kubeconfig=Path("/k"), implementation="x", image="img")
+    target = Target(kubeconfig=Path("/k"), implementation="x", image="img")
     argv = runner.pytest_args(args, target, ["core", "real-node"], extra)
     assert argv[argv.index("-m") + 1] == "core or real_node"
     assert f"--junitxml={tmp_path / 'junit.xml'}" in argv
@@ -146,7 +147,7 @@ def test_unknown_profile_is_refused() -> None:
 
 def test_real_node_against_an_installed_cluster_defaults_to_a_shell_image() -> None:
     args, extra = runner.parse_args(["--kubeconfig", "/k", "--profile", "real-node"])
-    target = runner.Target(kubeconfig=Path("/k"), implementation="installed")
+    target = Target(kubeconfig=Path("/k"), implementation="installed")
     argv = runner.pytest_args(args, target, ["real-node"], extra)
     assert f"--conformance-image={runner.REAL_NODE_IMAGE}" in argv
     kwok_only = runner.pytest_args(args, target, ["core"], extra)

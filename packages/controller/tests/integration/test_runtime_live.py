@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 from informer_events import record_events
 
+from kube_agent_sandbox.api.rest import EVENTS, LEASES
 from kube_agent_sandbox.controller.runtime import (
     ApiClient,
     ApiError,
@@ -24,8 +25,6 @@ from kube_agent_sandbox.controller.runtime import (
     RuntimeMetrics,
     load_kubeconfig,
 )
-from kube_agent_sandbox.controller.runtime.events import EVENTS
-from kube_agent_sandbox.controller.runtime.leaderelection import LEASES
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.waiting import eventually
 

@@ -19,9 +19,10 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import Obj
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,10 @@ from typing import Any, ClassVar
 import pytest
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, SERVICES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import Obj, Resource
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES, SERVICES
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 pytestmark = pytest.mark.integration

@@ -22,6 +22,7 @@ from kube_agent_sandbox.api.constants import (
     ANNOTATION_V1ALPHA1_SANDBOXTEMPLATE_STATE,
     ANNOTATION_V1BETA1_VCT_POLICY,
 )
+from kube_agent_sandbox.api.rest import CUSTOM_RESOURCE_DEFINITIONS as CRDS
 from kube_agent_sandbox.controller.runtime import (
     ApiClient,
     ApiError,
@@ -36,7 +37,6 @@ from kube_agent_sandbox.controller.webhook import (
     ensure_webhook_certificates,
     patch_conversion_webhooks,
 )
-from kube_agent_sandbox.controller.webhook.crds import CRDS
 
 pytestmark = pytest.mark.integration
 

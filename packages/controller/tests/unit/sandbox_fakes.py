@@ -17,10 +17,11 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.runtime import Call, FakeApi, FakeReader, Obj, Request
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
 __all__ = [
     "NOW",

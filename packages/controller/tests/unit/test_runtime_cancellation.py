@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Controller,
@@ -22,7 +23,6 @@ from kube_agent_sandbox.controller.runtime import (
     Resource,
     Result,
 )
-from kube_agent_sandbox.controller.runtime.leaderelection import LEASES
 from kube_agent_sandbox.testing.waiting import eventually
 
 THINGS = Resource("example.com", "v1", "things", "Thing")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kube_agent_sandbox.api.rest import EVENTS
 from kube_agent_sandbox.controller.runtime import ApiError, EventSink, FakeApi, Obj, truncate_note
-from kube_agent_sandbox.controller.runtime.events import EVENTS, NOTE_LIMIT
+from kube_agent_sandbox.controller.runtime.events import NOTE_LIMIT
 
 SANDBOX: Obj = {
     "apiVersion": "example.com/v1",

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     FakeApi,
@@ -14,11 +15,7 @@ from kube_agent_sandbox.controller.runtime import (
     Obj,
     RuntimeMetrics,
 )
-from kube_agent_sandbox.controller.runtime.leaderelection import (
-    LEASES,
-    LeaderElector,
-    default_identity,
-)
+from kube_agent_sandbox.controller.runtime.leaderelection import LeaderElector, default_identity
 
 
 class Clock:

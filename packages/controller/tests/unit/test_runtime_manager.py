@@ -9,6 +9,7 @@ import time
 import aiohttp
 import pytest
 
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Controller,
@@ -20,7 +21,6 @@ from kube_agent_sandbox.controller.runtime import (
     Resource,
     Result,
 )
-from kube_agent_sandbox.controller.runtime.leaderelection import LEASES
 from kube_agent_sandbox.testing.waiting import eventually
 
 THINGS = Resource("example.com", "v1", "things", "Thing")

@@ -18,8 +18,9 @@ from sandbox_fakes import (
 )
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.runtime import Ownership, check_ownership
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
 POOL_REF = owner_ref("SandboxWarmPool", "pool", "pool-uid")
 CLAIM_REF = owner_ref("SandboxClaim", "claim", "claim-uid")

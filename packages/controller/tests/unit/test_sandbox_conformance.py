@@ -26,9 +26,10 @@ from sandbox_fakes import (
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.runtime import ApiError, Result
 from kube_agent_sandbox.controller.sandbox.pod import update_pod_metadata
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.service import service_ports_for_sandbox
 
 HASH = name_hash("sandbox-name")

@@ -17,10 +17,11 @@ from sandbox_fakes import (
     sandbox_ref,
 )
 
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.runtime import ApiError, Result, is_transient
 from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
 INVALID_POD = ApiError(
     422,

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sandbox_fakes import NOW, FakeCluster, make_pod, make_sandbox, owner_ref
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.rbac import normalize_rules
 from kube_agent_sandbox.controller.runtime import (
     apply_merge_patch,
@@ -33,7 +34,6 @@ from kube_agent_sandbox.controller.sandbox.pod import (
     resolve_pod_name,
     update_pod_metadata,
 )
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 from kube_agent_sandbox.controller.sandbox.service import service_ports_for_sandbox
 from kube_agent_sandbox.controller.sandbox.setup import (
     RBAC_RULES,
@@ -315,7 +315,7 @@ class TestPodCacheTransform:
         """Pod metadata patches computed from the transformed cache never touch spec."""
         from sandbox_fakes import hash_label, request, sandbox_ref
 
-        from kube_agent_sandbox.controller.sandbox.resources import PODS
+        from kube_agent_sandbox.api.rest import PODS
 
         cluster = FakeCluster()
         sandbox = cluster.add(SANDBOXES, make_sandbox(template_labels={"new": "label"}))

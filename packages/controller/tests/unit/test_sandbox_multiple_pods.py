@@ -23,9 +23,10 @@ from sandbox_fakes import (
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj, Result
 from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.setup import EVENT_REPORTER
 
 TEXT_2 = "multiple Pods (2) are controlled by this Sandbox; refusing to choose or create a Pod"

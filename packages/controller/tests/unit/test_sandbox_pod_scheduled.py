@@ -26,12 +26,13 @@ from sandbox_fakes import (
     strip_ltt,
 )
 
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.sandbox.conditions import (
     apply_conditions,
     compute_pod_scheduled,
     set_expired,
 )
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 
 LATER = NOW + dt.timedelta(minutes=5)
 LATER_TEXT = "2026-01-02T03:09:05Z"

@@ -21,8 +21,9 @@ from sandbox_fakes import (
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.runtime import Result
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 
 HASH = name_hash("sandbox-name")
 SELECTOR = f"{c.LABEL_SANDBOX_NAME_HASH}={HASH}"

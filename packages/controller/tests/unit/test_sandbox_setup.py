@@ -15,10 +15,11 @@ from sandbox_fakes import make_sandbox
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, SERVICES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import FakeApi, Manager, Obj
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.setup import setup
 from kube_agent_sandbox.testing.waiting import eventually
 

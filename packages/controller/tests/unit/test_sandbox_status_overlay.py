@@ -7,9 +7,9 @@ import copy
 
 from sandbox_fakes import FakeCluster, conditions_by_type, make_sandbox, request
 
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 
 class LaggingSandboxes:

@@ -19,10 +19,11 @@ from sandbox_fakes import (
     request,
 )
 
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Manager, Result
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.controller.sandbox.setup import setup
 from kube_agent_sandbox.controller.sandbox.writebehind import (
     POD_PATCH_BOUND,

@@ -18,10 +18,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sandbox_fakes import FakeCluster, hash_label, make_pod, make_sandbox, request
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.otel import OTelTracer
 from kube_agent_sandbox.controller.runtime import ApiError
 from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN_ID = "00f067aa0ba902b7"

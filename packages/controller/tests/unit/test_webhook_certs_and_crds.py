@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from kube_agent_sandbox.api.rest import CUSTOM_RESOURCE_DEFINITIONS as CRDS
+from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller import app
 from kube_agent_sandbox.controller.config import parse_args
 from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Obj, Resource
@@ -26,8 +28,7 @@ from kube_agent_sandbox.controller.webhook import (
     generate_certificates,
     patch_conversion_webhooks,
 )
-from kube_agent_sandbox.controller.webhook.certs import SECRETS
-from kube_agent_sandbox.controller.webhook.crds import CONVERSION_CRD_NAMES, CRDS
+from kube_agent_sandbox.controller.webhook.crds import CONVERSION_CRD_NAMES
 
 NS = "agent-sandbox-system"
 SVC = "agent-sandbox-webhook-service"

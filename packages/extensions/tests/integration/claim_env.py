@@ -15,13 +15,13 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime import Obj
-from kube_agent_sandbox.extensions.common.resources import (
+from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 
 POLL = 0.1

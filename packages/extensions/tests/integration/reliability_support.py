@@ -25,13 +25,14 @@ from typing import Any
 import aiohttp
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.runtime import ApiClient, EventHandler, Informer, Obj
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
-from kube_agent_sandbox.extensions.common.resources import (
+from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
+    SANDBOXES,
 )
+from kube_agent_sandbox.api.rest import PODS
+from kube_agent_sandbox.controller.runtime import ApiClient, EventHandler, Informer, Obj
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
 from kube_agent_sandbox.testing.cluster import free_port, kwok_node
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity

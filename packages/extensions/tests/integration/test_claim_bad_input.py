@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from claim_env import ClaimEnv
 
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOXES
 
 pytestmark = pytest.mark.integration
 

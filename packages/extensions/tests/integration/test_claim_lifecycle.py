@@ -10,7 +10,8 @@ import pytest
 from claim_env import ClaimEnv, conditions
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.extensions.common.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 
 pytestmark = pytest.mark.integration
 HOLD_FINALIZER = "test.agents.x-k8s.io/hold"

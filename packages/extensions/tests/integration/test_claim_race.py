@@ -19,7 +19,7 @@ import pytest
 from claim_env import ClaimEnv, conditions, sample, wait_started
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 
 pytestmark = pytest.mark.integration
 

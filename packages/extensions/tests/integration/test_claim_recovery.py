@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from claim_env import ClaimEnv
 
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition
 
 pytestmark = pytest.mark.integration

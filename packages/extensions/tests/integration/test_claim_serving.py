@@ -23,8 +23,9 @@ from claim_env import (
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.extensions.common.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
 
 pytestmark = pytest.mark.integration
 

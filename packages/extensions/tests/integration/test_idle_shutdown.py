@@ -18,10 +18,10 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import lease_body, renew_patch
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
-from kube_agent_sandbox.extensions.idle.resources import LEASES
 from kube_agent_sandbox.sdk import AsyncSandboxClient
 from kube_agent_sandbox.sdk.config import load_kubeconfig
 from kube_agent_sandbox.testing.nsapi import NamespaceApi

@@ -22,6 +22,13 @@ import pytest
 from reliability_support import claim, ready, template, warm_pool
 from reliability_support import until as poll_until
 
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import (
     ApiClient,
@@ -29,12 +36,6 @@ from kube_agent_sandbox.controller.runtime import (
     Obj,
     RuntimeMetrics,
     load_kubeconfig,
-)
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
 )
 from kube_agent_sandbox.testing.access import ClusterAccess
 

@@ -53,8 +53,8 @@ from reliability_support import (
 )
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS
 from kube_agent_sandbox.controller.runtime import ApiClient, load_kubeconfig
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
 

@@ -23,6 +23,8 @@ from reliability_support import check_namespace, claim, ready, setup_pool
 from reliability_support import until as poll_until
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import (
     ApiClient,
@@ -33,8 +35,6 @@ from kube_agent_sandbox.controller.runtime import (
     RuntimeMetrics,
     load_kubeconfig,
 )
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.cluster import LocalCluster
 

@@ -18,13 +18,9 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import Obj, Resource
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
-)
 from kube_agent_sandbox.testing.nsapi import EVENTS, NamespaceApi
 
 pytestmark = pytest.mark.integration

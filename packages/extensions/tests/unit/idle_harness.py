@@ -10,14 +10,10 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import format_micro_time, lease_body
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOXES
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOXES,
-)
 from kube_agent_sandbox.extensions.idle.reconciler import IdleReconciler
-from kube_agent_sandbox.extensions.idle.resources import LEASES
 
 NS = "team"
 T0 = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.UTC)

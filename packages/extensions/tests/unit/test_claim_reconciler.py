@@ -12,17 +12,17 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
-from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Obj, Request, Result
-from kube_agent_sandbox.extensions.claim.errors import AdoptionConflictError, ReconcilerError
-from kube_agent_sandbox.extensions.claim.reconciler import ClaimReconciler
-from kube_agent_sandbox.extensions.claim.warmqueue import WarmQueue, feed_upsert
-from kube_agent_sandbox.extensions.common.resources import (
-    NETWORK_POLICIES,
+from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
+from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Obj, Request, Result
+from kube_agent_sandbox.extensions.claim.errors import AdoptionConflictError, ReconcilerError
+from kube_agent_sandbox.extensions.claim.reconciler import ClaimReconciler
+from kube_agent_sandbox.extensions.claim.warmqueue import WarmQueue, feed_upsert
 
 NS = "ns"
 NOW = dt.datetime(2026, 8, 1, 12, 0, 0, tzinfo=dt.UTC)

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.rbac import normalize_rules
 from kube_agent_sandbox.controller.runtime import FakeApi, Manager, Obj, Request, WorkQueue
@@ -22,11 +24,6 @@ from kube_agent_sandbox.extensions.claim.setup import (
     sandbox_change_matters,
     setup,
     template_handler,
-)
-from kube_agent_sandbox.extensions.common.resources import (
-    NETWORK_POLICIES,
-    SANDBOX_CLAIMS,
-    SANDBOXES,
 )
 from kube_agent_sandbox.testing.waiting import eventually
 

@@ -17,14 +17,10 @@ from idle_harness import (
 )
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOXES
+from kube_agent_sandbox.api.rest import LEASES, POD_METRICS
 from kube_agent_sandbox.controller.runtime import ApiError, Request
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOXES,
-)
 from kube_agent_sandbox.extensions.idle.reconciler import IdleReconciler, last_activity
-from kube_agent_sandbox.extensions.idle.resources import LEASES, POD_METRICS
 
 REQ = Request(NS, "sb")
 IDLE = 900.0

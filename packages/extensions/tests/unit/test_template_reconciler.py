@@ -17,8 +17,9 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Obj, Request, Result
-from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
 from kube_agent_sandbox.extensions.template.policy import desired_spec
 from kube_agent_sandbox.extensions.template.reconciler import (
     TemplateReconcileError,

@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller import rbac
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import FakeApi, Manager, Obj, Request
-from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
 from kube_agent_sandbox.extensions.template.policy import desired_spec
 from kube_agent_sandbox.extensions.template.setup import (
     CONTROLLER_NAME,

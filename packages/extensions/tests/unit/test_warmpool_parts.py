@@ -11,6 +11,7 @@ from warmpool_harness import NS, POOL, TEMPLATE, template_obj
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import Controller, FakeApi, Obj, Request, Result
 from kube_agent_sandbox.extensions.common.blueprint import (
@@ -19,7 +20,6 @@ from kube_agent_sandbox.extensions.common.blueprint import (
     pod_template_hash,
 )
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.extensions.warmpool import setup as wp_setup
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
 from kube_agent_sandbox.extensions.warmpool.blueprint import build_member, hashes_of

@@ -10,8 +10,9 @@ import pytest
 from warmpool_harness import NS, POOL, TEMPLATE, World, pool_hash, stamp, template_obj
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_WARM_POOLS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
-from kube_agent_sandbox.extensions.common.resources import PODS, SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.reconciler import (
     EXPECTATIONS_REQUEUE,
     WarmPoolReconcileError,

@@ -14,13 +14,9 @@ from warmpool_harness import NS, POOL, TEMPLATE, template_obj
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import FakeApi, Manager, Obj
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
-)
 from kube_agent_sandbox.extensions.warmpool.reconciler import WarmPoolReconciler
 from kube_agent_sandbox.extensions.warmpool.setup import setup
 from kube_agent_sandbox.testing.waiting import eventually

@@ -16,14 +16,10 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj, Request
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
-from kube_agent_sandbox.extensions.common.resources import (
-    PODS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
-)
 from kube_agent_sandbox.extensions.warmpool.indexes import MEMBER_INDEX, member_index
 from kube_agent_sandbox.extensions.warmpool.reconciler import (
     WarmPoolReconciler,

@@ -2,6 +2,9 @@
 
 A kind's group, plural and short names do not change between versions; the version classes
 refer to one :class:`ResourceNames` each, and the registry and CRD generator read them back.
+The REST descriptors of their served storage version (``SANDBOXES``, ...) are defined here once
+for the controllers, the gateway and the SDK; Kubernetes' own kinds are in
+:mod:`kube_agent_sandbox.api.rest`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kube_agent_sandbox.api import constants
+from kube_agent_sandbox.api.rest import Resource
 
 
 @dataclass(frozen=True)
@@ -72,3 +76,14 @@ SANDBOX_CLAIM: Final = ResourceNames(
     plural="sandboxclaims",
     short_names=("sandboxclaim",),
 )
+
+
+def rest_resource(names: ResourceNames, version: str = constants.V1BETA1) -> Resource:
+    """The REST descriptor of one served version of an Agent Sandbox kind."""
+    return Resource(names.group, version, names.plural, names.kind)
+
+
+SANDBOXES: Final = rest_resource(SANDBOX)
+SANDBOX_TEMPLATES: Final = rest_resource(SANDBOX_TEMPLATE)
+SANDBOX_WARM_POOLS: Final = rest_resource(SANDBOX_WARM_POOL)
+SANDBOX_CLAIMS: Final = rest_resource(SANDBOX_CLAIM)

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from kube_agent_sandbox.conformance.client import ApiError, Kube, load_api_client
-from kube_agent_sandbox.conformance.runner import Target
+from kube_agent_sandbox.conformance.target import Target
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
 from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner

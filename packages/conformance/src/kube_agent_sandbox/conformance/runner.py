@@ -16,12 +16,12 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kube_agent_sandbox.conformance import report
+from kube_agent_sandbox.conformance.target import Target
 
 _log = logging.getLogger(__name__)
 
@@ -31,15 +31,6 @@ TESTS_DIR = Path(__file__).parent / "tests"
 DEFAULT_REPORT_DIR = Path("conformance-results")
 # Real-node tests run shell scripts and python3; kwok nodes ignore the image.
 REAL_NODE_IMAGE = "python:3.12-slim"
-
-
-@dataclass(frozen=True)
-class Target:
-    """The cluster and implementation a run tests."""
-
-    kubeconfig: Path | None
-    implementation: str
-    image: str | None = None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.controller.tracing import (
+from kube_agent_sandbox.controller.tracer import (
     INSTALL_HINT,
     SERVICE_NAME,
     TRACER_NAME,

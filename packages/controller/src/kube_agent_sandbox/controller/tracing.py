@@ -11,9 +11,19 @@ because OpenTelemetry is the optional ``tracing`` extra).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, Final, Protocol
+from typing import Final
+
+from kube_agent_sandbox.controller.tracer import (
+    INSTALL_HINT,
+    SERVICE_NAME,
+    TRACER_NAME,
+    Describe,
+    Obj,
+    Tracer,
+    TracingError,
+)
 
 __all__ = [
     "INIT_TIMEOUT",
@@ -27,66 +37,8 @@ __all__ = [
     "tracer_for",
 ]
 
-SERVICE_NAME: Final = "agent-sandbox-controller"
-"""``service.name`` resource attribute of every exported span (upstream's)."""
-
-TRACER_NAME: Final = "agent-sandbox-controller"
-"""Instrumentation scope name of the controller's tracer (upstream's)."""
-
 INIT_TIMEOUT: Final = 10.0
 """Seconds the tracer provider may take to start before startup fails (upstream's)."""
-
-INSTALL_HINT: Final = "install kube-agent-sandbox-controller[tracing]"
-
-
-class TracingError(Exception):
-    """Tracing was asked for but cannot start.
-
-    Attributes:
-        message: Upstream's log message (``unable to initialize tracing``).
-        reason: What went wrong, for the operator.
-        hint: How to fix it, when known.
-    """
-
-    def __init__(self, reason: str, *, hint: str | None = None) -> None:
-        super().__init__(reason)
-        self.message = "unable to initialize tracing"
-        self.reason = reason
-        self.hint = hint
-
-
-class Tracer(Protocol):
-    """What a reconciler may ask of tracing; every call is safe when tracing is off.
-
-    Attributes are passed as a function of the object so that a disabled tracer never
-    computes them.
-    """
-
-    def object_span(
-        self, name: str, obj: Obj, attributes: Describe
-    ) -> AbstractContextManager[None]:
-        """A span for reconciling ``obj`` (attributes ``attributes(obj)``), parented on its
-        trace-context annotation."""
-        ...
-
-    def span(self, name: str) -> AbstractContextManager[None]:
-        """A child span of the current one."""
-        ...
-
-    def add_event(self, name: str, obj: Obj, attributes: Describe) -> None:
-        """Record an event about ``obj`` (attributes ``attributes(obj)``) on the current span."""
-        ...
-
-    def trace_context(self) -> str:
-        """JSON of the current W3C trace context headers; empty when there is none."""
-        ...
-
-
-Obj = dict[str, Any]
-"""A Kubernetes object as decoded JSON."""
-
-Describe = Callable[[Obj], Mapping[str, str]]
-"""Computes span or event attributes of an object; called only when tracing records."""
 
 _NULL_CONTEXT: Final[AbstractContextManager[None]] = contextlib.nullcontext()
 

@@ -30,10 +30,10 @@ from starlette.routing import Route
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import format_micro_time, lease_body
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.goduration import DurationError, parse_go_duration
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 from kube_agent_sandbox.gateway.errors import e2b_error
-from kube_agent_sandbox.gateway.resources import LEASES
 from kube_agent_sandbox.gateway.tokens import verify
 
 __all__ = [

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 from kube_agent_sandbox.gateway.annotations import LABEL_ENV_SECRET
-from kube_agent_sandbox.gateway.resources import SECRETS
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import parse_micro_time
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
 from kube_agent_sandbox.gateway.annotations import ANNOTATION_TIMEOUT
-from kube_agent_sandbox.gateway.resources import SANDBOX_CLAIMS, SANDBOXES
 
 __all__ = [
     "RESUMABLE_BY",

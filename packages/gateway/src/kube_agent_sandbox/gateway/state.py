@@ -22,6 +22,13 @@ from typing import Any, Protocol
 import httpx
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from kube_agent_sandbox.api.rest import PODS, SECRETS
 from kube_agent_sandbox.controller.runtime import (
     ApiClient,
     Client,
@@ -36,14 +43,6 @@ from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.envd import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
-from kube_agent_sandbox.gateway.resources import (
-    PODS,
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
-    SECRETS,
-)
 from kube_agent_sandbox.gateway.resume import Resumer
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import Client, Obj, Reader
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_API_KEY_CREATED,
     ANNOTATION_API_KEY_NAME,
     LABEL_API_KEY,
 )
-from kube_agent_sandbox.gateway.resources import SECRETS
 
 logger = logging.getLogger(__name__)
 

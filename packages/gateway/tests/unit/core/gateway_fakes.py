@@ -17,16 +17,11 @@ from typing import Any
 import httpx
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, SECRETS
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj
 from kube_agent_sandbox.gateway.app import build_app
 from kube_agent_sandbox.gateway.config import GatewayOptions
-from kube_agent_sandbox.gateway.resources import (
-    PODS,
-    SANDBOX_CLAIMS,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
-    SECRETS,
-)
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.gateway.tenants import generate_key, key_secret
 from kube_agent_sandbox.gateway.tokens import Tokens

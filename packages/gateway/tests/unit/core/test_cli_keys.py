@@ -7,9 +7,9 @@ from types import TracebackType
 
 import pytest
 
+from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import FakeApi
 from kube_agent_sandbox.gateway import cli, tenants
-from kube_agent_sandbox.gateway.resources import SECRETS
 
 
 class _FakeClient(FakeApi):

@@ -13,6 +13,13 @@ from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import ApiError
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_IDEMPOTENCY_KEY,
@@ -22,13 +29,6 @@ from kube_agent_sandbox.gateway.annotations import (
 from kube_agent_sandbox.gateway.controlplane.ids import is_sandbox_id
 from kube_agent_sandbox.gateway.controlplane.models import parse_time
 from kube_agent_sandbox.gateway.envvars import decode_env
-from kube_agent_sandbox.gateway.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
-    SECRETS,
-)
 
 
 async def _create(gw: Gateway, body: dict[str, Any] | None = None, **headers: str) -> str:
@@ -320,7 +320,7 @@ async def test_pause_then_connect_resumes(gateway: Gateway) -> None:
     assert sandbox["spec"]["operatingMode"] == "Suspended"
     assert "lifecycle" not in claim_of(gateway.api, sid)["spec"]  # paused: no expiry
     # the fake "controller" suspends: Suspended=True, pod gone
-    from kube_agent_sandbox.gateway.resources import PODS
+    from kube_agent_sandbox.api.rest import PODS
 
     def suspended(obj: dict[str, object]) -> None:
         obj["status"] = {"conditions": [{"type": "Suspended", "status": "True"}]}

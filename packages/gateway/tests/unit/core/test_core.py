@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 
+from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import FakeApi
 from kube_agent_sandbox.gateway import cli, tenants
 from kube_agent_sandbox.gateway.app import parse_host
@@ -15,7 +16,6 @@ from kube_agent_sandbox.gateway.config import GatewayOptions, parse_listen, pars
 from kube_agent_sandbox.gateway.controlplane.ids import is_sandbox_id, new_sandbox_id
 from kube_agent_sandbox.gateway.envd import InitError, init_daemon
 from kube_agent_sandbox.gateway.errors import e2b_error
-from kube_agent_sandbox.gateway.resources import SECRETS
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret, verify
 
 

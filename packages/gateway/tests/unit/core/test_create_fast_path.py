@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from gateway_fakes import TENANT, Gateway, add_pool
 
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES
 from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.gateway.controlplane.lifecycle import CACHE_CATCH_UP_SECONDS
 from kube_agent_sandbox.gateway.controlplane.timing import PhaseTimer
 from kube_agent_sandbox.gateway.index import SandboxIndex
-from kube_agent_sandbox.gateway.resources import SANDBOX_TEMPLATES
 
 
 async def _create(gw: Gateway, template: str = "base") -> tuple[str, str]:

@@ -8,11 +8,12 @@ import urllib.parse
 import pytest
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj
 from kube_agent_sandbox.gateway.controlplane import models
 from kube_agent_sandbox.gateway.controlplane.query import decode_token, encode_token
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, name_index
-from kube_agent_sandbox.gateway.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
 
 
 def _claim(name: str, ns: str, *, bound: str | None = None, ready: bool = False) -> Obj:

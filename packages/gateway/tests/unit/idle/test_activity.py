@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import parse_micro_time
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.runtime import FakeApi
 from kube_agent_sandbox.gateway.activity import (
     HEARTBEAT_PATH,
@@ -20,7 +21,6 @@ from kube_agent_sandbox.gateway.activity import (
     heartbeat_route,
     renew_lease,
 )
-from kube_agent_sandbox.gateway.resources import LEASES
 from kube_agent_sandbox.gateway.tokens import Tokens
 
 NS = "tenant"

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import ApiError, FakeApi
 from kube_agent_sandbox.gateway.annotations import ANNOTATION_TIMEOUT
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, name_index
-from kube_agent_sandbox.gateway.resources import PODS, SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.gateway.resume import NotResumable, Resumer, auto_resumable
 
 NS = "tenant"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
-from kube_agent_sandbox.sdk.constants import Resource
+from kube_agent_sandbox.api import rest
+from kube_agent_sandbox.api.rest import Resource
 
 
 def resource_path(
@@ -15,24 +14,14 @@ def resource_path(
 ) -> str:
     """``/apis/<group>/<version>/namespaces/<ns>/<plural>[/<name>[/<sub>]]``.
 
+    The SDK never lists across namespaces: a namespaced resource always needs a namespace.
+
     Raises:
         ValueError: a namespaced object without namespace, or a subresource without name.
     """
-    base = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
-    if resource.namespaced:
-        if not namespace:
-            raise ValueError(f"{resource.plural} are namespaced: a namespace is required")
-        base += f"/namespaces/{quote(namespace, safe='')}"
-    path = f"{base}/{resource.plural}"
-    if name is not None:
-        if not name:
-            raise ValueError("name must not be empty")
-        path += f"/{quote(name, safe='')}"
-    if subresource:
-        if name is None:
-            raise ValueError("a subresource needs an object name")
-        path += f"/{subresource}"
-    return path
+    if resource.namespaced and not namespace:
+        raise ValueError(f"{resource.plural} are namespaced: a namespace is required")
+    return rest.resource_path(resource, namespace, name, subresource)
 
 
 def resource_label(resource: Resource, subresource: str | None = None) -> str:

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from kube_agent_sandbox.api.rest import EVENTS
 from kube_agent_sandbox.controller.runtime.leaderelection import micro_time
 from kube_agent_sandbox.controller.runtime.objects import meta
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj
 
 logger = logging.getLogger(__name__)
 
-EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
 
 SERIES_WINDOW = 360.0
 """Seconds during which a repeated event joins the existing Event's series (client-go: 6 min)."""

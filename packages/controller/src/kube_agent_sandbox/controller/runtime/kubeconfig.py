@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kube_agent_sandbox.controller.runtime.config import (
+from kube_agent_sandbox.controller.runtime.clusterconfig import (
     ClusterConfig,
     ConfigError,
     decode_base64,

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
-from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj, Resource
+from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj
 
 logger = logging.getLogger(__name__)
 
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
 JITTER_FACTOR = 1.2
 

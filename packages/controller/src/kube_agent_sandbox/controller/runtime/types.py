@@ -12,45 +12,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+# Re-exported: the runtime names resources with the one descriptor type of api-types.
+from kube_agent_sandbox.api.rest import Resource as Resource
+
 Obj = dict[str, Any]
 """A Kubernetes object as decoded JSON."""
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
 """``merge`` (RFC 7386), ``json`` (RFC 6902), ``strategic`` or ``apply`` (server-side apply)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """Identifies a REST resource: what a client needs to build URLs, and its Kind.
-
-    Attributes:
-        group: API group, ``""`` for the core group.
-        version: API version within the group, e.g. ``v1``.
-        plural: Resource name in URLs, e.g. ``configmaps``.
-        kind: The objects' ``kind``, e.g. ``ConfigMap``.
-        namespaced: False for cluster-scoped resources.
-
-    Example:
-        ```python
-        CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
-        ```
-    """
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        """The objects' ``apiVersion``: ``group/version``, or ``version`` for the core group."""
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def group_kind(self) -> tuple[str, str]:
-        """``(group, kind)``, the identity that does not change between versions."""
-        return (self.group, self.kind)
 
 
 @dataclass(frozen=True, slots=True, order=True)

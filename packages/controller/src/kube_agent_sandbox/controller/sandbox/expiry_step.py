@@ -12,6 +12,8 @@ import datetime as dt
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, SERVICES
 from kube_agent_sandbox.controller.runtime import (
     ErrorCollector,
     Obj,
@@ -23,7 +25,6 @@ from kube_agent_sandbox.controller.runtime import (
 )
 from kube_agent_sandbox.controller.sandbox.conditions import set_expired
 from kube_agent_sandbox.controller.sandbox.pod import resolve_pod_name
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.step import StepContext
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import (
     Obj,
     Ownership,
@@ -42,7 +44,6 @@ from kube_agent_sandbox.controller.sandbox.pod import (
     resolve_pod_name,
     update_pod_metadata,
 )
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
 from kube_agent_sandbox.controller.sandbox.step import StepContext
 from kube_agent_sandbox.controller.sandbox.writebehind import WriteDeferral
 

@@ -10,6 +10,7 @@ import copy
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.rest import PVCS
 from kube_agent_sandbox.controller.runtime import (
     Obj,
     Ownership,
@@ -30,7 +31,6 @@ from kube_agent_sandbox.controller.sandbox.ownership import (
     sandbox_controller_ref,
 )
 from kube_agent_sandbox.controller.sandbox.pvc import desired_pvc, pvc_name_problem
-from kube_agent_sandbox.controller.sandbox.resources import PVCS
 from kube_agent_sandbox.controller.sandbox.step import StepContext
 
 log = logging.getLogger(__name__)

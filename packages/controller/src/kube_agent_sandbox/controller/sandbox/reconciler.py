@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
     Client,
     EventRecorder,
@@ -50,7 +51,6 @@ from kube_agent_sandbox.controller.sandbox.errors import (
 from kube_agent_sandbox.controller.sandbox.errors import SandboxReconcileError
 from kube_agent_sandbox.controller.sandbox.expiry import IMMEDIATE_REQUEUE, check_expiry
 from kube_agent_sandbox.controller.sandbox.expiry_step import handle_expiry
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 from kube_agent_sandbox.controller.sandbox.status import StatusWriter
 from kube_agent_sandbox.controller.sandbox.step import StepContext
 from kube_agent_sandbox.controller.sandbox.writebehind import (

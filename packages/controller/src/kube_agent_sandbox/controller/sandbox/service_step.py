@@ -11,6 +11,7 @@ import copy
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.rest import SERVICES
 from kube_agent_sandbox.controller.runtime import (
     Obj,
     Ownership,
@@ -32,7 +33,6 @@ from kube_agent_sandbox.controller.sandbox.ownership import (
     owned_by_other_message,
     sandbox_controller_ref,
 )
-from kube_agent_sandbox.controller.sandbox.resources import SERVICES
 from kube_agent_sandbox.controller.sandbox.service import (
     desired_service,
     service_fqdn,

@@ -16,6 +16,8 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS, PVCS, SERVICES
 from kube_agent_sandbox.controller.goduration import format_go_duration
 from kube_agent_sandbox.controller.plugins import ControllerPlugin
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
@@ -23,7 +25,6 @@ from kube_agent_sandbox.controller.runtime import ControllerBuilder, Obj
 from kube_agent_sandbox.controller.sandbox.metrics import register_collector
 from kube_agent_sandbox.controller.sandbox.pod import POD_NAME_HASH_INDEX, pod_name_hash_index
 from kube_agent_sandbox.controller.sandbox.reconciler import SandboxReconciler
-from kube_agent_sandbox.controller.sandbox.resources import PODS, PVCS, SANDBOXES, SERVICES
 from kube_agent_sandbox.controller.sandbox.writebehind import POD_PATCH_BOUND
 from kube_agent_sandbox.controller.tracing import tracer_for
 

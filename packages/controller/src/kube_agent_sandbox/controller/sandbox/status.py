@@ -16,6 +16,7 @@ import copy
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
@@ -30,7 +31,6 @@ from kube_agent_sandbox.controller.runtime import (
     uid_of,
     wrap,
 )
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
 
 STATUS_FIELDS = ("serviceFQDN", "service", "conditions", "selector", "podIPs", "nodeName")
 

@@ -29,11 +29,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kube_agent_sandbox.api.constants import WEBHOOK_SECRET_NAME
+from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.config import (
     DEFAULT_WEBHOOK_CERT_NAME,
     DEFAULT_WEBHOOK_KEY_NAME,
 )
-from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, Resource
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 from kube_agent_sandbox.controller.webhook.x509build import Issuer, build_certificate, key_usage
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,6 @@ DEFAULT_KEY_NAME: Final = DEFAULT_WEBHOOK_KEY_NAME
 COMBINED_PEM_NAME: Final = "cert.pem"
 VALIDITY: Final = dt.timedelta(days=365)
 BACKDATE: Final = dt.timedelta(hours=1)
-
-SECRETS: Final = Resource(group="", version="v1", plural="secrets", kind="Secret")
 
 
 class CertificateError(Exception):

@@ -15,7 +15,8 @@ import logging
 from typing import Any, Final
 
 from kube_agent_sandbox.api.constants import CONVERSION_PATH
-from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, Resource
+from kube_agent_sandbox.api.rest import CUSTOM_RESOURCE_DEFINITIONS as CRDS
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +27,6 @@ CONVERSION_CRD_NAMES: Final = (
     "sandboxwarmpools.extensions.agents.x-k8s.io",
 )
 CONVERSION_REVIEW_VERSIONS: Final = ("v1", "v1beta1")
-CRDS: Final = Resource(
-    group="apiextensions.k8s.io",
-    version="v1",
-    plural="customresourcedefinitions",
-    kind="CustomResourceDefinition",
-    namespaced=False,
-)
 
 
 def _get(obj: Any, *path: str) -> Any:

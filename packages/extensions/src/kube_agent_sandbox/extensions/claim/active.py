@@ -12,6 +12,7 @@ import datetime as dt
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj, is_controlled_by
 from kube_agent_sandbox.extensions.claim import podmetadata
 from kube_agent_sandbox.extensions.claim.adopt_step import adopt, complete_adoption
@@ -44,7 +45,6 @@ from kube_agent_sandbox.extensions.claim.provision import (
 )
 from kube_agent_sandbox.extensions.claim.warmqueue import adoptable_pool
 from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 
 log = logging.getLogger(__name__)
 

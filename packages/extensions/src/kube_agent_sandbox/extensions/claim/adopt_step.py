@@ -13,6 +13,7 @@ import logging
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Obj,
@@ -41,7 +42,6 @@ from kube_agent_sandbox.extensions.claim.observed import rfc3339nano
 from kube_agent_sandbox.extensions.claim.provision import template_or_none
 from kube_agent_sandbox.extensions.claim.sandboxbuild import claim_created_by
 from kube_agent_sandbox.extensions.claim.warmqueue import WarmKey, adoptable_pool
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS
 from kube_agent_sandbox.controller.runtime import Client, EventRecorder, Obj, Reader, meta
 from kube_agent_sandbox.controller.tracing import Tracer
 from kube_agent_sandbox.extensions.claim.observed import FirstObserved
 from kube_agent_sandbox.extensions.claim.overlay import WriteOverlay
 from kube_agent_sandbox.extensions.claim.warmqueue import WarmQueue
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
 
 
 class ClaimMetricsSink(Protocol):

@@ -12,6 +12,7 @@ import datetime as dt
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Obj,
@@ -24,7 +25,6 @@ from kube_agent_sandbox.extensions.claim.context import ClaimContext, ClaimPass,
 from kube_agent_sandbox.extensions.claim.errors import ReconcilerError, SandboxNotOwnedError
 from kube_agent_sandbox.extensions.claim.status import claim_expired_condition
 from kube_agent_sandbox.extensions.claim.status_step import write_status
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
 
 log = logging.getLogger(__name__)
 

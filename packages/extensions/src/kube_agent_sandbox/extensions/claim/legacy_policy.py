@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
@@ -21,7 +22,6 @@ from kube_agent_sandbox.controller.runtime import (
 )
 from kube_agent_sandbox.extensions.claim.context import key_of
 from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind
-from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES
 
 log = logging.getLogger(__name__)
 

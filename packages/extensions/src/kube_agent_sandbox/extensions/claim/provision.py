@@ -11,6 +11,7 @@ import copy
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Obj,
@@ -43,7 +44,6 @@ from kube_agent_sandbox.extensions.claim.sandboxbuild import (
     template_name_of,
 )
 from kube_agent_sandbox.extensions.common.blueprint import template_ref_hash
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import (
     Controller,
@@ -41,13 +48,6 @@ from kube_agent_sandbox.extensions.claim.warmqueue import (
     WarmQueue,
     sandbox_feeder,
     warm_pool_dropper,
-)
-from kube_agent_sandbox.extensions.common.resources import (
-    NETWORK_POLICIES,
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
 )
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS
 from kube_agent_sandbox.controller.runtime import ApiError, Obj, meta
 from kube_agent_sandbox.extensions.claim.context import (
     ClaimContext,
@@ -22,7 +23,6 @@ from kube_agent_sandbox.extensions.claim.errors import ReconcilerError
 from kube_agent_sandbox.extensions.claim.observed import rfc3339nano
 from kube_agent_sandbox.extensions.claim.status import is_ready as status_is_ready
 from kube_agent_sandbox.extensions.claim.status import status_write
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS
 
 log = logging.getLogger(__name__)
 

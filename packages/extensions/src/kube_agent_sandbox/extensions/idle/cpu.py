@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
+from kube_agent_sandbox.api.rest import POD_METRICS
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
-from kube_agent_sandbox.extensions.idle.resources import POD_METRICS
 
 __all__ = ["CpuReading", "cpu_millicores", "parse_cpu_quantity", "read_pod_cpu"]
 

@@ -17,6 +17,8 @@ from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import parse_micro_time
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.goduration import format_go_duration
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
@@ -28,7 +30,6 @@ from kube_agent_sandbox.controller.runtime import (
     Result,
     meta,
 )
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.extensions.idle.cpu import read_pod_cpu
 from kube_agent_sandbox.extensions.idle.defaults import (
     inherited_annotations,
@@ -36,7 +37,6 @@ from kube_agent_sandbox.extensions.idle.defaults import (
     template_name,
 )
 from kube_agent_sandbox.extensions.idle.policy import MIN_IDLE_TIMEOUT, IdlePolicy, parse_policy
-from kube_agent_sandbox.extensions.idle.resources import LEASES
 
 __all__ = [
     "EVENT_IDLE_DELETED",

@@ -12,16 +12,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOXES
+from kube_agent_sandbox.api.rest import LEASES, POD_METRICS
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import Controller, Obj, Request, meta
-from kube_agent_sandbox.extensions.common.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOXES,
-)
 from kube_agent_sandbox.extensions.idle.policy import MIN_IDLE_TIMEOUT
 from kube_agent_sandbox.extensions.idle.reconciler import IdleReconciler
-from kube_agent_sandbox.extensions.idle.resources import HEARTBEAT_SELECTOR, LEASES, POD_METRICS
+from kube_agent_sandbox.extensions.idle.resources import HEARTBEAT_SELECTOR
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.config import ControllerOptions

@@ -22,6 +22,8 @@ import logging
 from typing import Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
@@ -44,7 +46,6 @@ from kube_agent_sandbox.controller.runtime import (
 from kube_agent_sandbox.controller.tracing import NOOP_TRACER, Tracer
 from kube_agent_sandbox.extensions.common.blueprint import template_ref_hash
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
-from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
 from kube_agent_sandbox.extensions.template.policy import (
     desired_network_policy,
     desired_spec,

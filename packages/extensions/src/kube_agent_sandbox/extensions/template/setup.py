@@ -13,6 +13,8 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import (
     Controller,
@@ -25,7 +27,6 @@ from kube_agent_sandbox.controller.runtime import (
 )
 from kube_agent_sandbox.controller.tracing import tracer_for
 from kube_agent_sandbox.extensions.common.ownership import controlled_by_kind
-from kube_agent_sandbox.extensions.common.resources import NETWORK_POLICIES, SANDBOX_TEMPLATES
 from kube_agent_sandbox.extensions.template.policy import template_for_policy_name
 from kube_agent_sandbox.extensions.template.reconciler import TemplateReconciler
 

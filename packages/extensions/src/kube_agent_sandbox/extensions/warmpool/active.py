@@ -11,6 +11,7 @@ import logging
 from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
     Client,
     Expectations,
@@ -25,7 +26,6 @@ from kube_agent_sandbox.extensions.common.blueprint import (
     update_strategy,
 )
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.deletes import delete_member, delete_sandbox
 from kube_agent_sandbox.extensions.warmpool.members import StalenessCheck, is_terminating
 from kube_agent_sandbox.extensions.warmpool.passes import Pass, uid_of

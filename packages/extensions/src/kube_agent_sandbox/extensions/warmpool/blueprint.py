@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import Obj, meta
 from kube_agent_sandbox.extensions.common.blueprint import (
     apply_secure_defaults,
@@ -20,7 +21,6 @@ from kube_agent_sandbox.extensions.common.blueprint import (
     template_ref_hash,
 )
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 
 __all__ = ["TemplateHashes", "build_member", "hashes_of", "pool_selector", "template_name_of"]
 

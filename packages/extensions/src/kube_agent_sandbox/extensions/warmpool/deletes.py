@@ -6,6 +6,7 @@ functions, so the precondition and the expectation roll-back are written once.
 
 from __future__ import annotations
 
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
@@ -15,7 +16,6 @@ from kube_agent_sandbox.controller.runtime import (
     meta,
     name_of,
 )
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.passes import uid_of
 
 __all__ = ["delete_member", "delete_sandbox"]

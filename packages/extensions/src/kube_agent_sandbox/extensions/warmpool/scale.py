@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Expectations, Obj
-from kube_agent_sandbox.extensions.common.resources import SANDBOXES
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
 from kube_agent_sandbox.extensions.warmpool.deletes import delete_member
 from kube_agent_sandbox.extensions.warmpool.members import deletion_order

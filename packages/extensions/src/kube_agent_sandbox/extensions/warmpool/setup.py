@@ -12,6 +12,8 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import (
     Controller,
@@ -24,12 +26,6 @@ from kube_agent_sandbox.controller.runtime import (
     name_of,
     namespace_of,
     request_of,
-)
-from kube_agent_sandbox.extensions.common.resources import (
-    PODS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
 )
 from kube_agent_sandbox.extensions.warmpool.indexes import (
     MEMBER_INDEX,

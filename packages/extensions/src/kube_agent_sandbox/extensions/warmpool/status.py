@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from kube_agent_sandbox.api.resources import SANDBOX_WARM_POOLS
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, meta, name_of
-from kube_agent_sandbox.extensions.common.resources import SANDBOX_WARM_POOLS
 from kube_agent_sandbox.extensions.warmpool.passes import Pass, PoolState
 
 __all__ = ["OWNED_FIELDS", "desired_status", "status_patch", "write_status"]

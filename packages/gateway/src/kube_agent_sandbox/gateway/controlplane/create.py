@@ -26,6 +26,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
 from kube_agent_sandbox.controller.runtime import ApiError, Obj, Resource
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_IDEMPOTENCY_KEY,
@@ -54,12 +60,6 @@ from kube_agent_sandbox.gateway.controlplane.timing import SERVER_TIMING, PhaseT
 from kube_agent_sandbox.gateway.envvars import store_env
 from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
-from kube_agent_sandbox.gateway.resources import (
-    SANDBOX_CLAIMS,
-    SANDBOX_TEMPLATES,
-    SANDBOX_WARM_POOLS,
-    SANDBOXES,
-)
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.gateway.tenants import Tenant
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
 from kube_agent_sandbox.gateway.controlplane.auth import tenant_record
 from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
@@ -34,7 +35,6 @@ from kube_agent_sandbox.gateway.controlplane.models import (
 )
 from kube_agent_sandbox.gateway.errors import bad_request, e2b_error, sandbox_not_found
 from kube_agent_sandbox.gateway.index import SandboxRecord
-from kube_agent_sandbox.gateway.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.gateway.state import GatewayState
 
 logger = logging.getLogger(__name__)
