@@ -10,12 +10,16 @@ import pytest
 from kube_agent_sandbox.controller import runtime
 from kube_agent_sandbox.controller.runtime import (
     ControllerBuilder,
+    ControllerHandle,
+    EventHandler,
     FakeApi,
+    HandlerFactory,
     Manager,
     Obj,
     Request,
     Resource,
     Result,
+    generation_changed,
 )
 
 THINGS = Resource("example.com", "v1", "things", "Thing")
@@ -160,3 +164,62 @@ def test_a_manager_namespace_scopes_namespaced_informers_only() -> None:
     assert mgr.informer(THINGS, namespace="team-a") is mgr.informer(THINGS)
     with pytest.raises(ValueError, match="already exists with other options"):
         mgr.informer(THINGS, namespace="elsewhere")
+
+
+async def test_a_handler_watch_feeds_the_controller_through_its_handle_after_its_own() -> None:
+    mgr = manager()
+    built: list[tuple[str, ControllerHandle]] = []
+
+    def factory(name: str) -> HandlerFactory:
+        def make(handle: ControllerHandle) -> EventHandler:
+            built.append((name, handle))
+
+            def on_add(obj: Obj) -> None:
+                handle.add(Request("ns", f"{name}-now"))
+                handle.add_after(Request("ns", f"{name}-later"), 5.0)
+
+            return EventHandler(on_add=on_add)
+
+        return make
+
+    ctrl = (
+        ControllerBuilder(mgr, "things")
+        .for_resource(THINGS)
+        .watches(NOTES, note_to_thing)
+        .watches_handler(NOTES, factory("first"))
+        .watches_handler(PARTS, factory("second"))
+        .complete(Recording())
+    )
+    assert [name for name, _ in built] == ["first", "second"]
+    notes = mgr.informer(NOTES)
+    # the controller's own mapped handler first, then the declared ones in order
+    assert len(notes._handlers) == 2
+    first = notes._handlers[1].on_add
+    assert first is not None
+    first({"metadata": {"name": "n", "namespace": "ns"}})
+    assert len(ctrl.queue) == 1
+    assert ctrl.queue.delayed() == frozenset({Request("ns", "first-later")})
+    part = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "ownerReferences": [
+                {"apiVersion": "example.com/v1", "kind": "Thing", "name": "t", "controller": True}
+            ],
+        }
+    }
+    assert built[1][1].owner_request(part) == Request("ns", "t") == ctrl.owner_request(part)
+    await ctrl.queue.shutdown_with_drain(0.1)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "passes"),
+    [
+        (None, {"metadata": {"generation": 1}}, True),
+        ({"metadata": {"generation": 1}}, None, True),
+        ({"metadata": {"generation": 1}}, {"metadata": {"generation": 1}, "status": {}}, False),
+        ({"metadata": {"generation": 1}}, {"metadata": {"generation": 2}}, True),
+    ],
+)
+def test_generation_changed(old: Obj | None, new: Obj | None, passes: bool) -> None:
+    assert generation_changed(old, new) is passes

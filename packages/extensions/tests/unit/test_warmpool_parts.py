@@ -13,7 +13,14 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.api.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime import Controller, FakeApi, Obj, Request, Result
+from kube_agent_sandbox.controller.runtime import (
+    Controller,
+    ControllerHandle,
+    FakeApi,
+    Obj,
+    Request,
+    Result,
+)
 from kube_agent_sandbox.extensions.common.blueprint import (
     blueprint_hash,
     blueprint_matches,
@@ -42,7 +49,7 @@ class _Clock:
         return self.t
 
 
-# -- token bucket (delta 4.3) ---------------------------------------------------------------
+# -- token bucket (takeRefillTokens) ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("rate", "wait"), [(4.0, 0.25), (0.5, 2.0), (1.0, 1.0), (3.0, 1 / 3)])
@@ -98,7 +105,7 @@ def test_token_bucket_refuses_a_bad_rate(rate: float) -> None:
         TokenBucket(rate)
 
 
-# -- replenish hold (delta 4.3) ------------------------------------------------------------------
+# -- replenish hold (observeMembersForReplenish) ---------------------------------------------------
 
 
 def test_replenish_hold_numbers() -> None:
@@ -161,7 +168,7 @@ async def test_slow_start_of_nothing() -> None:
     assert await slow_start([], op) == (0, [])
 
 
-# -- blueprint (spec 4.2.2) --------------------------------------------------------------------
+# -- blueprint (buildSandboxCR) --------------------------------------------------------------------
 
 
 def _pool() -> Obj:
@@ -317,7 +324,7 @@ def test_sandbox_events_lower_expectations_before_queueing_the_pool() -> None:
         real_add(req)
 
     controller.queue.add = add  # type: ignore[method-assign]
-    handler = wp_setup.sandbox_handler(controller, reconciler, delay=0.0)
+    handler = wp_setup.sandbox_handler(ControllerHandle(controller), reconciler, delay=0.0)
     reconciler.expectations.expect_creations(world.key, 2)
     reconciler.expectations.expect_deletion(world.key, "gone-uid")
     member: dict[str, Any] = {
@@ -361,7 +368,7 @@ async def test_a_burst_of_member_changes_queues_the_pool_once_after_the_delay() 
     controller = Controller(
         "test-warmpool", for_resource=SANDBOX_WARM_POOLS, reconciler=_NoopReconciler()
     )
-    handler = wp_setup.sandbox_handler(controller, world.reconciler, delay=0.2)
+    handler = wp_setup.sandbox_handler(ControllerHandle(controller), world.reconciler, delay=0.2)
     assert handler.on_add is not None
     assert handler.on_update is not None
     world.reconciler.expectations.expect_creations(world.key, 5)

@@ -7,7 +7,8 @@ import ``from kube_agent_sandbox.controller.runtime import X`` (import-linter ch
 sources); the submodules hold the implementation and may change between releases.
 
 - building a process: `Manager`, `ControllerBuilder` (or `Controller` directly), `Informer`,
-  `EventHandler`, `WorkQueue`, rate limiters, `RuntimeMetrics`;
+  `EventHandler`, `ControllerHandle` (what a custom watch handler may use), `WorkQueue`, rate
+  limiters, `RuntimeMetrics`;
 - the reconciler contract: `Reconciler`, `Request`, `Result`, `TerminalError`,
   `TransientError`; the error model of a pass: `ReconcileError`, `ErrorCollector`, `wrap`,
   `is_transient` (one status table, `TRANSIENT_STATUSES`), `classify`;
@@ -17,7 +18,7 @@ sources); the submodules hold the implementation and may change between releases
 - reading objects: `meta`, `name_of`, `namespace_of`, `uid_of`, `is_terminating`, ...;
   ownership (`controller_ref`, `check_ownership`, `set_controller_reference`, ...);
   conditions (`set_status_condition`, `find_condition`, ...); `semantic_equal`;
-- filtering and mapping events: `Predicate`, `Mapper`;
+- filtering and mapping events: `Predicate` (e.g. `generation_changed`), `Mapper`;
 - `EventRecorder`, `Expectations`, `LeaderElectionConfig`, `Runnable`;
 - unit tests without a cluster: `FakeApi` (an in-memory API server) and `FakeReader`.
 
@@ -27,6 +28,9 @@ Objects are plain JSON dicts (`Obj`) as the API server sends them, and resources
 
 from kube_agent_sandbox.controller.runtime.builder import (
     ControllerBuilder,
+    ControllerHandle,
+    HandlerFactory,
+    RequestQueue,
 )
 from kube_agent_sandbox.controller.runtime.children import (
     create_or_fetch,
@@ -126,6 +130,9 @@ from kube_agent_sandbox.controller.runtime.ownership import (
     quote,
     set_controller_reference,
 )
+from kube_agent_sandbox.controller.runtime.predicates import (
+    generation_changed,
+)
 from kube_agent_sandbox.controller.runtime.ratelimit import (
     ItemExponentialBackoff,
     RateLimiter,
@@ -181,6 +188,7 @@ __all__ = [
     "ConfigError",
     "Controller",
     "ControllerBuilder",
+    "ControllerHandle",
     "ErrorClass",
     "ErrorCollector",
     "EventHandler",
@@ -189,6 +197,7 @@ __all__ = [
     "Expectations",
     "FakeApi",
     "FakeReader",
+    "HandlerFactory",
     "Informer",
     "ItemExponentialBackoff",
     "LeaderElectionConfig",
@@ -205,6 +214,7 @@ __all__ = [
     "ReconcileError",
     "Reconciler",
     "Request",
+    "RequestQueue",
     "Resource",
     "Result",
     "Runnable",
@@ -229,6 +239,7 @@ __all__ = [
     "error_from_status",
     "find_condition",
     "format_time",
+    "generation_changed",
     "group_of",
     "is_condition_true",
     "is_controlled_by",

@@ -6,20 +6,74 @@ keyword arguments; operator authors coming from Go expect
 collects the same settings step by step, then creates the controller, records into the
 manager's metrics and adds it to the manager in one call. It adds no behaviour of its own: a
 controller built either way is the same.
+
+A watch that needs more than a mapper (a handler with side effects, a delayed enqueue) is
+declared with :meth:`ControllerBuilder.watches_handler`: its handler gets a
+:class:`ControllerHandle`, the narrow part of the controller an event handler may use, so
+setup code never reaches into a controller's queue (controller-runtime's ``Watches`` with a
+custom ``handler.EventHandler``, which receives the queue).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, Self
 
 from kube_agent_sandbox.controller.runtime.controller import Controller
+from kube_agent_sandbox.controller.runtime.informer import EventHandler
 from kube_agent_sandbox.controller.runtime.ratelimit import RateLimiter
-from kube_agent_sandbox.controller.runtime.types import Mapper, Predicate, Reconciler, Resource
+from kube_agent_sandbox.controller.runtime.types import (
+    Mapper,
+    Obj,
+    Predicate,
+    Reconciler,
+    Request,
+    Resource,
+)
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.controller.runtime.manager import Manager
 
-__all__ = ["ControllerBuilder"]
+__all__ = ["ControllerBuilder", "ControllerHandle", "HandlerFactory", "RequestQueue"]
+
+
+class RequestQueue(Protocol):
+    """Where an event handler puts the requests it maps an event to."""
+
+    def add(self, item: Request) -> None:
+        """Queue ``item`` now (once, however often it is added before it is processed)."""
+        ...
+
+    def add_after(self, item: Request, delay: float) -> None:
+        """Queue ``item`` after ``delay`` seconds; an earlier pending deadline wins."""
+        ...
+
+
+class ControllerHandle:
+    """What a custom event handler may use of its controller: queueing and the owner mapping.
+
+    Args:
+        controller: The controller the handler feeds.
+    """
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+
+    def add(self, item: Request) -> None:
+        """Queue ``item`` now."""
+        self._controller.queue.add(item)
+
+    def add_after(self, item: Request, delay: float) -> None:
+        """Queue ``item`` after ``delay`` seconds; an earlier pending deadline wins."""
+        self._controller.queue.add_after(item, delay)
+
+    def owner_request(self, obj: Obj) -> Request | None:
+        """The request of ``obj``'s controller owner if it is of the primary group and kind."""
+        return self._controller.owner_request(obj)
+
+
+HandlerFactory = Callable[[ControllerHandle], EventHandler]
+"""Builds a watch's event handler once the controller exists."""
 
 
 class ControllerBuilder:
@@ -52,6 +106,7 @@ class ControllerBuilder:
         self._for_predicate: Predicate | None = None
         self._owns: list[tuple[Resource, Predicate | None]] = []
         self._watches: list[tuple[Resource, Mapper]] = []
+        self._handlers: list[tuple[Resource, HandlerFactory]] = []
         self._workers = 1
         self._rate_limiter: RateLimiter | None = None
 
@@ -102,6 +157,23 @@ class ControllerBuilder:
             This builder.
         """
         self._watches.append((resource, mapper))
+        return self
+
+    def watches_handler(self, resource: Resource, handler: HandlerFactory) -> Self:
+        """Feed the controller from a handler of its own on ``resource``'s informer.
+
+        For what a mapper cannot say: side effects before queueing (lowering expectations), a
+        delayed enqueue, a filter on the kind of event. The handlers are attached after the
+        controller's own, in the order they were declared.
+
+        Args:
+            resource: The watched resource.
+            handler: Builds the event handler from the controller's :class:`ControllerHandle`.
+
+        Returns:
+            This builder.
+        """
+        self._handlers.append((resource, handler))
         return self
 
     def with_workers(self, workers: int) -> Self:
@@ -160,4 +232,7 @@ class ControllerBuilder:
             metrics=self._manager.metrics,
         )
         self._manager.add_controller(controller)
+        handle = ControllerHandle(controller)
+        for resource, handler in self._handlers:
+            self._manager.informer(resource).add_event_handler(handler(handle))
         return controller

@@ -1,10 +1,11 @@
-"""What the SandboxClaim controller watches and caches, and the RBAC rules it needs (spec 4.3).
+"""What the SandboxClaim controller watches and caches, and the RBAC rules it needs (upstream's
+SetupWithManager).
 
 Watches: claims (primary; the predicate records first observations), owned Sandboxes (only
 the changes a claim mirrors), every Sandbox into the warm queue, pools (create, delete,
 generation change) to their unbound claims, and template creation to the claims of pools that
-use the template (delta 5.1), and owned NetworkPolicies named ``<claim>-network-policy`` (the
-legacy per-claim policy, deleted from the cache's view on every pass, spec 4.3.1 step 2). The
+use the template, and owned NetworkPolicies named ``<claim>-network-policy`` (the
+legacy per-claim policy, deleted from the cache's view on every pass). The
 caches of Sandboxes, pools, templates and NetworkPolicies are shared with the other controllers
 of the process; the claim controller's own indexes are prefixed ``claim:``.
 """
@@ -25,14 +26,15 @@ from kube_agent_sandbox.api.resources import (
 from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import (
-    Controller,
+    ControllerBuilder,
     EventHandler,
     Informer,
     Obj,
     Request,
-    WorkQueue,
+    RequestQueue,
     controller_ref,
     find_condition,
+    generation_changed,
     meta,
 )
 from kube_agent_sandbox.controller.tracing import tracer_for
@@ -139,7 +141,7 @@ def _claims_of_pool(claims: Informer, namespace: str, pool: str) -> list[Obj]:
     return claims.by_index(CLAIM_POOL_INDEX, f"{namespace}/{pool}")
 
 
-def pool_handler(queue: WorkQueue[Request], claims: Informer) -> EventHandler:
+def pool_handler(queue: RequestQueue, claims: Informer) -> EventHandler:
     """Pool create/delete/generation change -> its unbound, live claims."""
 
     def enqueue(pool: Obj) -> None:
@@ -154,14 +156,14 @@ def pool_handler(queue: WorkQueue[Request], claims: Informer) -> EventHandler:
             queue.add(Request(namespace, str(cm.get("name") or "")))
 
     def on_update(old: Obj, new: Obj) -> None:
-        if meta(old).get("generation") != meta(new).get("generation"):
+        if generation_changed(old, new):
             enqueue(new)
 
     return EventHandler(on_add=enqueue, on_update=on_update, on_delete=enqueue)
 
 
-def template_handler(queue: WorkQueue[Request], pools: Informer, claims: Informer) -> EventHandler:
-    """Template create -> every live claim (bound or not) of the pools using it (delta 5.1)."""
+def template_handler(queue: RequestQueue, pools: Informer, claims: Informer) -> EventHandler:
+    """Template create -> every live claim (bound or not) of the pools using it."""
 
     def on_add(template: Obj) -> None:
         m = meta(template)
@@ -224,21 +226,16 @@ def setup(
     sandboxes.add_event_handler(sandbox_feeder(queue))
     pools.add_event_handler(warm_pool_dropper(queue))
 
-    controller = Controller(
-        CONTROLLER_NAME,
-        for_resource=SANDBOX_CLAIMS,
-        reconciler=reconciler,
-        workers=options.sandbox_claim_concurrent_workers,
-        for_predicate=observed.predicate,
-        owns=[
-            (SANDBOXES, sandbox_change_matters),
-            (NETWORK_POLICIES, legacy_policy_change_matters),
-        ],
-        metrics=manager.metrics,
+    (
+        ControllerBuilder(manager, CONTROLLER_NAME)
+        .for_resource(SANDBOX_CLAIMS, predicate=observed.predicate)
+        .owns(SANDBOXES, predicate=sandbox_change_matters)
+        .owns(NETWORK_POLICIES, predicate=legacy_policy_change_matters)
+        .watches_handler(SANDBOX_WARM_POOLS, lambda handle: pool_handler(handle, claims))
+        .watches_handler(SANDBOX_TEMPLATES, lambda handle: template_handler(handle, pools, claims))
+        .with_workers(options.sandbox_claim_concurrent_workers)
+        .complete(reconciler)
     )
-    manager.add_controller(controller)
-    pools.add_event_handler(pool_handler(controller.queue, claims))
-    templates.add_event_handler(template_handler(controller.queue, pools, claims))
     log.info(
         "sandboxclaim controller registered",
         extra={"workers": options.sandbox_claim_concurrent_workers},

@@ -15,7 +15,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOXES
 from kube_agent_sandbox.api.rest import LEASES, POD_METRICS
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
-from kube_agent_sandbox.controller.runtime import Controller, Obj, Request, meta
+from kube_agent_sandbox.controller.runtime import ControllerBuilder, Obj, Request, meta
 from kube_agent_sandbox.extensions.idle.policy import MIN_IDLE_TIMEOUT
 from kube_agent_sandbox.extensions.idle.reconciler import IdleReconciler
 from kube_agent_sandbox.extensions.idle.resources import HEARTBEAT_SELECTOR
@@ -83,15 +83,12 @@ def setup(
         recorder=manager.event_recorder(EVENT_REPORTER),
         min_idle_timeout=minimum,
     )
-    manager.add_controller(
-        Controller(
-            CONTROLLER_NAME,
-            for_resource=SANDBOXES,
-            reconciler=reconciler,
-            workers=WORKERS,
-            watches=[(LEASES, lease_to_sandbox)],
-            metrics=manager.metrics,
-        )
+    (
+        ControllerBuilder(manager, CONTROLLER_NAME)
+        .for_resource(SANDBOXES)
+        .watches(LEASES, lease_to_sandbox)
+        .with_workers(WORKERS)
+        .complete(reconciler)
     )
     log.info("sandbox idle controller registered", extra={"minIdleTimeout": minimum})
     return reconciler

@@ -17,7 +17,7 @@ from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES
 from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import (
-    Controller,
+    ControllerBuilder,
     Mapper,
     Obj,
     Reader,
@@ -63,7 +63,7 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule("", "events", ("create", "patch")),
     rule("events.k8s.io", "events", ("create", "patch")),
 )
-"""Permissions of the SandboxTemplate controller (spec section 6.2, the template's share)."""
+"""Permissions of the SandboxTemplate controller (docs/reference/rbac.md, the template's share)."""
 
 
 def foreign_policy_mapper(templates: Reader) -> Mapper:
@@ -107,16 +107,13 @@ def setup(
         recorder=manager.event_recorder(EVENT_REPORTER),
         tracer=tracer_for(enabled=options.enable_tracing),
     )
-    manager.add_controller(
-        Controller(
-            CONTROLLER_NAME,
-            for_resource=SANDBOX_TEMPLATES,
-            reconciler=reconciler,
-            workers=options.effective_template_workers,
-            owns=[NETWORK_POLICIES],
-            watches=[(NETWORK_POLICIES, foreign_policy_mapper(templates))],
-            metrics=manager.metrics,
-        )
+    (
+        ControllerBuilder(manager, CONTROLLER_NAME)
+        .for_resource(SANDBOX_TEMPLATES)
+        .owns(NETWORK_POLICIES)
+        .watches(NETWORK_POLICIES, foreign_policy_mapper(templates))
+        .with_workers(options.effective_template_workers)
+        .complete(reconciler)
     )
     log.info(
         "sandboxtemplate controller registered",

@@ -1,4 +1,5 @@
-"""What the warm pool controller watches and caches, and the RBAC rules it needs (spec 4.2).
+"""What the warm pool controller watches and caches, and the RBAC rules it needs (upstream's
+SetupWithManager).
 
 Pools are the primary resource. A Sandbox event first lowers its pool's expectations, then
 queues the pool (old and new controller on an update, so a pool notices at once when a claim
@@ -16,7 +17,8 @@ from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POO
 from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import (
-    Controller,
+    ControllerBuilder,
+    ControllerHandle,
     EventHandler,
     Informer,
     Mapper,
@@ -90,16 +92,19 @@ def templates_mapper(pools: Informer) -> Mapper:
 
 
 def sandbox_handler(
-    controller: Controller, reconciler: WarmPoolReconciler, *, delay: float = MEMBER_EVENT_DELAY
+    controller: ControllerHandle,
+    reconciler: WarmPoolReconciler,
+    *,
+    delay: float = MEMBER_EVENT_DELAY,
 ) -> EventHandler:
-    """Lower the pool's expectations at once, then queue the pool within ``delay`` (4.2.5).
+    """Lower the pool's expectations at once, then queue the pool within ``delay``.
 
     A pool already waiting keeps its earlier deadline, so a stream of member changes costs
     one pass per ``delay`` and the first change is never postponed by later ones.
     """
 
     def queue(key: Request) -> None:
-        controller.queue.add_after(key, delay)
+        controller.add_after(key, delay)
 
     def on_add(sandbox: Obj) -> None:
         key = reconciler.observe_added(sandbox)
@@ -150,16 +155,14 @@ def setup(
         recorder=manager.event_recorder(EVENT_REPORTER),
         settings=WarmPoolSettings.from_options(options),
     )
-    controller = Controller(
-        CONTROLLER_NAME,
-        for_resource=SANDBOX_WARM_POOLS,
-        reconciler=reconciler,
-        workers=options.sandbox_warm_pool_concurrent_workers,
-        watches=[(SANDBOX_TEMPLATES, templates_mapper(pools))],
-        metrics=manager.metrics,
+    (
+        ControllerBuilder(manager, CONTROLLER_NAME)
+        .for_resource(SANDBOX_WARM_POOLS)
+        .watches(SANDBOX_TEMPLATES, templates_mapper(pools))
+        .watches_handler(SANDBOXES, lambda handle: sandbox_handler(handle, reconciler))
+        .with_workers(options.sandbox_warm_pool_concurrent_workers)
+        .complete(reconciler)
     )
-    manager.add_controller(controller)
-    sandboxes.add_event_handler(sandbox_handler(controller, reconciler))
     log.info(
         "warm pool controller registered",
         extra={
