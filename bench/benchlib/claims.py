@@ -1,5 +1,5 @@
 """``warm-claims``: a warm pool, then a burst of claims at a steady rate (upstream's
-scalability scenario, spec section 9.1: a pool of 1,300 and 1,200 claims at 100/s).
+scalability scenario, docs/guides/benchmarks.md: a pool of 1,300 and 1,200 claims at 100/s).
 
 A SandboxTemplate and a SandboxWarmPool of ``pool`` members are created and filled. Then
 ``claims`` SandboxClaims arrive open-loop at ``rate`` per second (claim ``i`` is sent at

@@ -22,7 +22,8 @@ from kube_agent_sandbox.api.resources import SANDBOXES
 
 TIMEOUT = 60.0
 POD_STARTUP_TARGET_S = 5.0
-"""Upstream's kwok presubmit pod start-up threshold (spec section 9.1), used as a yardstick."""
+"""Upstream's kwok presubmit pod start-up threshold (docs/guides/benchmarks.md), used as a
+yardstick."""
 
 
 def run(

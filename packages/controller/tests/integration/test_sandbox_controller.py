@@ -1,4 +1,4 @@
-"""The Sandbox controller against a real kube-apiserver with kwok nodes (spec section 8.1).
+"""The Sandbox controller against a real kube-apiserver with kwok nodes (upstream's e2e scenarios).
 
 The controller runs in-process (Manager + ``sandbox.setup``) as a ServiceAccount bound to the
 generated ``agent-sandbox-controller`` ClusterRole, so its RBAC is exercised too. Its caches are

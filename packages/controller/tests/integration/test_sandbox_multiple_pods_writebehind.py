@@ -1,9 +1,9 @@
 """Strict Sandbox-to-Pod mapping and write-behind Pod patches on a real kube-apiserver.
 
-MultiplePods (delta 3.2): a second Pod controlled by the Sandbox blocks it with
-``Ready=False/MultiplePods`` and one ``events.k8s.io`` Warning, and it recovers when the extra
-Pod is deleted. Write-behind (delta 3.3): with ``--sandbox-write-behind-window`` the Pod label
-drift is still repaired (later, in one patch).
+MultiplePods (docs/guides/upstream-differences.md): a second Pod controlled by the Sandbox blocks it
+with ``Ready=False/MultiplePods`` and one ``events.k8s.io`` Warning, and it recovers when the extra
+Pod is deleted. Write-behind (docs/guides/upstream-differences.md): with
+``--sandbox-write-behind-window`` the Pod label drift is still repaired (later, in one patch).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Many Sandboxes at once against a real kube-apiserver with kwok nodes (spec section 8.1).
+"""Many Sandboxes at once against a real kube-apiserver with kwok nodes (upstream's e2e scenarios).
 
 Upstream's TestParallelSandboxes restarts the controller with sandbox workers 10, claim workers
 100, pool workers 10, qps -1 and burst 10, then creates 20 Sandboxes concurrently and expects

@@ -1,7 +1,7 @@
 """The PodScheduled condition against a real kube-apiserver, scheduler and kwok nodes.
 
-Upstream v0.5.6 (delta section 3.1) mirrors the Sandbox's Pod ``PodScheduled`` condition into
-the Sandbox status: True/``PodScheduled`` once the scheduler binds the Pod, the scheduler's own
+Upstream v0.5.6 (computePodScheduledCondition) mirrors the Sandbox's Pod ``PodScheduled`` condition
+into the Sandbox status: True/``PodScheduled`` once the scheduler binds the Pod, the scheduler's own
 False/``Unschedulable`` (with its message) when no node fits, and no condition at all while a
 suspended Sandbox has no Pod.
 """

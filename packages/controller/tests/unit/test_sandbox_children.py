@@ -1,4 +1,5 @@
-"""Pod, Service and PVC reconciliation of the Sandbox controller (spec sections 3.3-3.5)."""
+"""Pod, Service and PVC reconciliation of the Sandbox controller (upstream's reconcilePod,
+reconcileService, reconcilePVCs)."""
 
 from __future__ import annotations
 

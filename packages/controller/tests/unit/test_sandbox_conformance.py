@@ -1,4 +1,5 @@
-"""Second-look conformance checks of the Sandbox reconciler against upstream v0.5.4 (spec 3, 8).
+"""Second-look conformance checks of the Sandbox reconciler against upstream v0.5.4 (Reconcile,
+e2e).
 
 Each test pins one rule of the spec that the other test files leave open: exact strings, the
 status write rules, the expiry passes, the API calls a converged Sandbox must not make.
@@ -50,7 +51,7 @@ def _conds(cluster: FakeCluster) -> dict[str, dict[str, Any]]:
 
 
 class TestConvergedSandboxMakesNoApiCalls:
-    """A reconcile of an unchanged, converged Sandbox reads only caches (spec 3, hot path)."""
+    """A reconcile of an unchanged, converged Sandbox reads only caches (the hot path)."""
 
     async def test_running_ready_with_every_child(self) -> None:
         cluster = FakeCluster()
@@ -144,7 +145,7 @@ class TestConvergedSandboxMakesNoApiCalls:
 
 class TestExpiryPasses:
     async def test_pass_two_with_cleanup_error_leaves_status_alone(self) -> None:
-        """Spec 3.6: the status is rewritten only when cleanup succeeded."""
+        """handleSandboxExpiry: the status is rewritten only when cleanup succeeded."""
         cluster = FakeCluster()
         sandbox = cluster.add(SANDBOXES, make_sandbox(shutdown_time=PAST))
         cluster.add(PODS, make_pod("sandbox-name", labels=hash_label(), owner=sandbox_ref(sandbox)))
@@ -163,7 +164,7 @@ class TestExpiryPasses:
         assert _conds(cluster)["Ready"]["observedGeneration"] == 1
 
     async def test_expiry_reached_during_the_reconcile_marks_and_requeues_at_once(self) -> None:
-        """Spec 3.1 step 7: re-check after the children; expired now -> mark, 1 ms requeue."""
+        """Reconcile re-checks expiry after the children; expired now -> mark, 1 ms requeue."""
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox(shutdown_time="2026-01-02T03:04:06Z"))
         # The clock is read at the start and again after the children: 5 s pass in between.
@@ -272,7 +273,7 @@ class TestPodMetadata:
 
 
 class TestE2eScenarios:
-    """Spec 8.1 scenarios replayed against the in-memory cluster (whole status compared)."""
+    """Upstream's e2e scenarios replayed against the in-memory cluster (whole status compared)."""
 
     async def test_shutdown_time_on_a_ready_sandbox(self) -> None:
         cluster = FakeCluster()
@@ -389,7 +390,8 @@ class TestE2eScenarios:
 
 
 class TestErrorTexts:
-    """Spec 3.3-3.5 and 3.7: the exact Ready text of ownership errors, joined in child order."""
+    """reconcilePod/Service/PVCs and computeReadyCondition: the exact Ready text of ownership
+    errors, joined in child order."""
 
     async def test_pvc_and_pod_and_service_errors_are_joined_in_order(self) -> None:
         cluster = FakeCluster()

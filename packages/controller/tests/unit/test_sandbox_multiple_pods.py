@@ -1,6 +1,6 @@
 """Strict Sandbox-to-Pod mapping when several Pods are controlled by one Sandbox.
 
-Upstream v0.5.6 (#1337, delta 3.2): no Pod is chosen, created, deleted, adopted or patched in
+Upstream v0.5.6 (#1337): no Pod is chosen, created, deleted, adopted or patched in
 either mode; Ready is False/MultiplePods with only that text; PodScheduled Unknown; Finished
 removed; the Service step is skipped (status.service and serviceFQDN keep their values); PVCs
 are still reconciled; the error is not returned (no retry); one Warning event per episode.

@@ -1,4 +1,5 @@
-"""The PodScheduled condition mirrored from the Sandbox's Pod (upstream v0.5.6, delta 3.1).
+"""The PodScheduled condition mirrored from the Sandbox's Pod (upstream v0.5.6,
+computePodScheduledCondition).
 
 Every rule of the computation (error, no pod, foreign pod, verbatim copy, the two fallback
 reasons, no pod condition yet), the list order, lastTransitionTime, removal, removal on expiry,

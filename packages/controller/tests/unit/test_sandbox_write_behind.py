@@ -1,4 +1,5 @@
-"""Write-behind coalescing of Pod metadata patches (``--sandbox-write-behind-window``, delta 3.3).
+"""Write-behind coalescing of Pod metadata patches (``--sandbox-write-behind-window``, upstream
+v0.5.6 writeDeferral).
 
 Time is a settable monotonic clock: no sleeps. Off by default; when on, only the metadata
 patch of a Pod the Sandbox already controls is deferred, by ``min(window, 1s)``, and the

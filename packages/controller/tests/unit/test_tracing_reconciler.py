@@ -1,4 +1,4 @@
-"""Tracing of Sandbox reconciles (spec 3.1 steps 2 and 4, 3.3, 5.2 "Tracing").
+"""Tracing of Sandbox reconciles (upstream v0.5.6 Reconcile and reconcilePod spans).
 
 The reconciler runs against the fake API server with an OpenTelemetry SDK tracer whose spans
 land in an in-memory exporter, so names, attributes, parenting and events are read back from

@@ -1,4 +1,5 @@
-"""Turning tracing on and off (``--enable-tracing``, spec 5.1 and 5.2 "Tracing").
+"""Turning tracing on and off (``--enable-tracing``, upstream v0.5.6
+cmd/agent-sandbox-controller/main.go).
 
 Covers the no-op tracer, the tracer provider's start (and its failures), and what the process
 does when ``--enable-tracing`` is given without the OpenTelemetry packages, simulated by making

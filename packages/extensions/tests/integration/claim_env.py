@@ -2,7 +2,7 @@
 
 Not a test module: the ``test_claim_*`` modules import it (``conftest.py`` puts this directory
 on ``sys.path``). Warm pool members are written here exactly as upstream's warm pool
-controller writes them (spec 4.2.2), with Go-computed hash labels this project cannot
+controller writes them (buildSandboxCR), with Go-computed hash labels this project cannot
 reproduce, so serving them proves that objects written by upstream are served by ours.
 """
 
@@ -94,7 +94,7 @@ class ClaimEnv(NamespaceApi):
         return await self.create(SANDBOX_CLAIMS, {"metadata": metadata, "spec": body})
 
     async def upstream_pool_member(self, pool: Obj, template: Obj) -> Obj:
-        """A Sandbox exactly as upstream's warm pool controller creates it (spec 4.2.2)."""
+        """A Sandbox exactly as upstream's warm pool controller creates it (buildSandboxCR)."""
         pool_name, template_name = pool["metadata"]["name"], template["metadata"]["name"]
         spec = copy.deepcopy(
             {k: v for k, v in template["spec"].items() if k in ("podTemplate", "service")}

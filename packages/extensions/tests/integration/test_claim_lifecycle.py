@@ -1,4 +1,5 @@
-"""Claim lifecycle: shutdownTime with each policy, ttlSecondsAfterFinished (spec 4.3.7)."""
+"""Claim lifecycle: shutdownTime with each policy, ttlSecondsAfterFinished
+(docs/concepts/claims.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claims waiting for a missing template or pool recover when it appears (delta 5.1, spec 4.3).
+"""Claims waiting for a missing template or pool recover when it appears.
 
 The 1-minute retry stays as a fallback; these tests require recovery well before it, which
 only the template-create and pool watches can deliver.

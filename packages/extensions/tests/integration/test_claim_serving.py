@@ -43,7 +43,7 @@ async def env(
 
 
 def _forwarded(claim: dict[str, Any], sandbox: dict[str, Any]) -> None:
-    """The claim's Ready is the Sandbox's, with the claim's generation (delta 5.2)."""
+    """The claim's Ready is the Sandbox's, with the claim's generation."""
     ready, source = conditions(claim)["Ready"], conditions(sandbox)["Ready"]
     for key in ("status", "reason", "message", "lastTransitionTime"):
         assert ready[key] == source[key], key

@@ -1,4 +1,4 @@
-"""The SandboxTemplate controller against a real kube-apiserver (spec sections 4.1, 8.5).
+"""The SandboxTemplate controller against a real kube-apiserver.
 
 The controller runs in-process with the Sandbox controller, as a ServiceAccount bound to the
 core ClusterRole and to the extensions ClusterRole built from ``RBAC_RULES``, so a missing
@@ -58,7 +58,8 @@ DEFAULT_SPEC = {
         }
     ],
 }
-"""Spec section 4.1 step 6, for a template named ``test-template`` (NameHash 69155462)."""
+"""The policy upstream's template Reconcile writes, for a template named ``test-template`` (NameHash
+69155462)."""
 
 
 def _pod_template() -> Obj:

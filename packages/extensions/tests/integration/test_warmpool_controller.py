@@ -1,4 +1,4 @@
-"""The SandboxWarmPool controller against a real kube-apiserver with kwok nodes (spec 4.2).
+"""The SandboxWarmPool controller against a real kube-apiserver with kwok nodes.
 
 The Sandbox controller and the warm pool controller run in-process under their generated RBAC
 (``extensions_controller`` fixture); kwok makes the pods Running/Ready, so pool members become

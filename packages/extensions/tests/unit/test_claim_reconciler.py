@@ -1,4 +1,4 @@
-"""Reconcile branches of the SandboxClaim controller against the in-memory API (spec 4.3)."""
+"""Reconcile branches of the SandboxClaim controller against the in-memory API."""
 
 from __future__ import annotations
 

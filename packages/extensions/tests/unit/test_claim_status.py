@@ -1,4 +1,4 @@
-"""The claim status table (spec 4.3.6, delta 5.2/5.3) and the status write rules."""
+"""The claim status table (upstream's computeReadyCondition) and the status write rules."""
 
 from __future__ import annotations
 

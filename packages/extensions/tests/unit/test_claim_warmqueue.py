@@ -1,4 +1,4 @@
-"""The warm queue: FIFO, dedup, NodeSpread picks, the feeder rules (spec 4.3.2, 4.3.5)."""
+"""The warm queue: FIFO, dedup, NodeSpread picks, the feeder rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The SandboxTemplate reconciler over the runtime's in-memory API server (spec section 4.1).
+"""The SandboxTemplate reconciler over the runtime's in-memory API server.
 
 Every branch of the reconcile: the label, the default and custom policies, drift repaired by
 Update, Unmanaged deleting only what the template controls, a foreign or uncontrolled policy

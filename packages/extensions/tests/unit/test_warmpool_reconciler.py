@@ -1,4 +1,4 @@
-"""The warm pool pass against an in-memory API (spec 4.2.1-4.2.5, delta 4)."""
+"""The warm pool pass against an in-memory API (upstream's reconcilePool)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ DEFAULT_WEBHOOK_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
 DEFAULT_WEBHOOK_CERT_NAME: Final = "tls.crt"
 DEFAULT_WEBHOOK_KEY_NAME: Final = "tls.key"
 ALLOWED_LABEL_DOMAINS_FILE: Final = "/etc/sandbox-config/allowed-label-domains"
-"""Mounted from the optional ConfigMap ``agent-sandbox-config`` (spec section 2.6)."""
+"""Mounted from the optional ConfigMap ``agent-sandbox-config``
+(docs/reference/deployment.md)."""
 
 
 def _flag(name: str, default: Any, usage: str) -> Any:

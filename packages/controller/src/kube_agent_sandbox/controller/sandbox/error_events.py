@@ -1,6 +1,7 @@
 """Warning events when a Sandbox's Ready condition turns into an error.
 
-A MultiplePods Warning is upstream's (v0.5.6 delta 3.2: once per episode); the
+A MultiplePods Warning is upstream's (once per episode: upstream v0.5.6
+controllers/sandbox_controller.go, recordMultiplePodsEvent); the
 ReconcilerError Warning is a deliberate addition listed in docs/guides/upstream-differences.md,
 because ``kubectl describe`` showing the error is the quickest way to see why a Sandbox is not
 Ready. One Warning per distinct error: a lagging cache that shows the old status again must

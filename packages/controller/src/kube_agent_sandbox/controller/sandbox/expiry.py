@@ -1,4 +1,5 @@
-"""When a Sandbox expires (``spec.shutdownTime``) and when to look again (spec section 3.6)."""
+"""When a Sandbox expires (``spec.shutdownTime``) and when to look again (upstream's
+handleSandboxExpiry)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""handleSandboxExpiry (spec section 3.6): clean up an expired Sandbox, then delete or retain it.
+"""handleSandboxExpiry (upstream v0.5.6): clean up an expired Sandbox, then delete or retain it.
 
 Runs from the second pass after expiry on (the first pass only marks Ready as expired).
 Only children this Sandbox controls are deleted; PVCs are kept. With ``shutdownPolicy:

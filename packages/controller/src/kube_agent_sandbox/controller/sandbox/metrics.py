@@ -1,8 +1,8 @@
 """The ``agent_sandboxes`` gauge: Sandboxes counted per state, recomputed on every scrape.
 
-A custom collector over the Sandbox cache (spec section 5.2) rather than a gauge updated by the
-reconciler: counts then stay right across deletions, restarts and leader changes, and a scrape
-costs one pass over an in-memory list.
+A custom collector over the Sandbox cache (upstream v0.5.6 internal/metrics/sandbox_collector.go)
+rather than a gauge updated by the reconciler: counts then stay right across deletions, restarts and
+leader changes, and a scrape costs one pass over an in-memory list.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The Pod of a Sandbox: its name, the Pod to create, and metadata sync for an existing Pod.
 
-Pure functions over dicts (spec sections 3.3 and 3.3.1). Only labels and annotations of an
-existing Pod are ever changed; the Pod spec is written once, at creation. Keys under the
-system prefixes are never copied from a user's pod template, so a tenant cannot set the
-tracking label (the Service selector) and capture another Sandbox's traffic.
+Pure functions over dicts (upstream v0.5.6 controllers/sandbox_controller.go, reconcilePod). Only
+labels and annotations of an existing Pod are ever changed; the Pod spec is written once, at
+creation. Keys under the system prefixes are never copied from a user's pod template, so a tenant
+cannot set the tracking label (the Service selector) and capture another Sandbox's traffic.
 """
 
 from __future__ import annotations

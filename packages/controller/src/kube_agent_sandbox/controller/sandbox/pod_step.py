@@ -1,9 +1,10 @@
 """Step 2 of reconcileChildResources: find, adopt, delete (suspended) or create the Pod.
 
-Spec section 3.3 as amended by the v0.5.6 delta (3.2 strict Sandbox-to-Pod mapping, 3.3
-write-behind metadata patches). The step records the Pod it settles on in :class:`PodSeen`
-as soon as it knows it, then raises if a later write fails: upstream returns the Pod *and*
-the error, and the status (pod IPs, node name, conditions) is computed from both.
+Upstream v0.5.6 controllers/sandbox_controller.go, reconcilePod (with the strict Sandbox-to-Pod
+mapping and the write-behind metadata patches of docs/guides/upstream-differences.md). The step
+records the Pod it settles on in :class:`PodSeen` as soon as it knows it, then raises if a later
+write fails: upstream returns the Pod *and* the error, and the status (pod IPs, node name,
+conditions) is computed from both.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ async def _reconcile_existing_pod(
     *,
     deferral: WriteDeferral | None = None,
 ) -> None:
-    """Adopt the Pod if allowed, sync its metadata (3.3.1), record its name on the Sandbox."""
+    """Adopt the Pod if allowed, sync its metadata (updatePodMetadata), record its name on the
+    Sandbox."""
     ctx.tracer.add_event("ExistingPodStatusObserved", pod, _pod_event_attributes)
     ownership, ref = check_ownership(pod, sandbox)
     pod_name = name_of(pod)

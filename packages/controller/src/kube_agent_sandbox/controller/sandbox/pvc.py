@@ -1,4 +1,4 @@
-"""PersistentVolumeClaims made from a Sandbox's volumeClaimTemplates (spec section 3.4).
+"""PersistentVolumeClaims made from a Sandbox's volumeClaimTemplates (upstream's reconcilePVCs).
 
 PVCs are created once and never updated or deleted by the controller: they hold the data
 that survives suspend/resume and expiry, and go away only with the Sandbox (garbage

@@ -1,4 +1,4 @@
-"""Step 1 of reconcileChildResources: one PVC per volumeClaimTemplate (spec section 3.4).
+"""Step 1 of reconcileChildResources: one PVC per volumeClaimTemplate (reconcilePVCs).
 
 A missing PVC is created, an unowned one adopted when it carries the adoptable or the
 tracking label; one owned by someone else stops the step. PVCs are never updated or deleted.

@@ -1,13 +1,13 @@
 """The Sandbox reconciler: one Pod, optional headless Service and PVCs per Sandbox, and status.
 
-This module is the top level of spec section 3.1 (as amended by the v0.5.6 delta, section 3):
+This module is the top level of upstream v0.5.6 controllers/sandbox_controller.go, Reconcile:
 read the Sandbox, mark or clean up expiry, run the child steps, write the status, turn the
 pass's errors into a result. Each step lives in its own module and raises what goes wrong:
 
-- children.py: reconcileChildResources (3.2), running pvc_step.py (3.4), pod_step.py (3.3),
-  service_step.py (3.5) and the conditions (3.7);
-- expiry_step.py: handleSandboxExpiry (3.6);
-- status.py: the status write (3.1 step 8); error_events.py: Warning events.
+- children.py: reconcileChildResources, running pvc_step.py (reconcilePVCs), pod_step.py
+  (reconcilePod), service_step.py (reconcileService) and the conditions (computeConditions);
+- expiry_step.py: handleSandboxExpiry;
+- status.py: the status write (updateStatus); error_events.py: Warning events.
 
 The pass's :class:`ErrorCollector` is the one boundary where those errors are caught; they
 end in the Ready condition and in :meth:`SandboxReconciler._finish`. Reads come from informer
@@ -110,7 +110,7 @@ class _Pass:
 
 
 class SandboxReconciler:
-    """Converges one Sandbox: PVCs, Pod, headless Service, status (spec section 3).
+    """Converges one Sandbox: PVCs, Pod, headless Service, status (upstream's Reconcile).
 
     Args:
         client: Writes (and live reads on AlreadyExists) against the API server.
@@ -168,7 +168,7 @@ class SandboxReconciler:
         self._marked_expired: dict[tuple[str, str], str | None] = {}
 
     async def reconcile(self, request: Request) -> Result:
-        """Converge the Sandbox named by ``request`` (spec section 3.1).
+        """Converge the Sandbox named by ``request`` (upstream's Reconcile).
 
         Returns:
             A timed requeue for expiry, or a slow one after errors retrying cannot fix.
@@ -210,7 +210,7 @@ class SandboxReconciler:
         return await self._reconcile_active(this, now)
 
     async def _reconcile_expired(self, this: _Pass, now: dt.datetime) -> Result:
-        """Step 6: pass 1 marks Ready as expired; later passes clean up (3.6)."""
+        """Expired: pass 1 marks Ready as expired; later passes clean up (handleSandboxExpiry)."""
         key, sandbox = this.key, this.sandbox
         marked = is_marked_expired(sandbox) or (
             key in self._marked_expired and self._marked_expired[key] == uid_of(sandbox)
@@ -226,7 +226,7 @@ class SandboxReconciler:
             return Result(requeue_after=IMMEDIATE_REQUEUE)
         if not is_marked_expired(sandbox):
             # Only the memo knows the mark (the cache lags): keep it in this pass's write.
-            # With the mark cached, a failed cleanup must leave the status alone (3.6).
+            # With the mark cached, a failed cleanup must leave the status alone (as upstream).
             _set_expired(sandbox, now)
         if await handle_expiry(self._steps, sandbox, now, this.errors):
             self._marked_expired.pop(key, None)
@@ -236,7 +236,7 @@ class SandboxReconciler:
         return self._finish(this)
 
     async def _reconcile_active(self, this: _Pass, now: dt.datetime) -> Result:
-        """Step 7: the children, then expiry again and the requeue for it; step 8: status."""
+        """Active: the children, then expiry again and the requeue for it; then the status."""
         key, sandbox = this.key, this.sandbox
         self._marked_expired.pop(key, None)
         deferral = None
@@ -248,7 +248,8 @@ class SandboxReconciler:
             _set_expired(sandbox, now)
             requeue = IMMEDIATE_REQUEUE
         if deferral is not None and deferral.deferred:
-            # Wake up when the window ends, to send the skipped Pod patch (delta 3.3).
+            # Wake up when the window ends, to send the skipped Pod patch
+            # (docs/guides/upstream-differences.md, write-behind).
             requeue = deferral.wait if requeue is None else min(requeue, deferral.wait)
         elif deferral is not None and not this.errors.errors:
             self._deferrals.clear(key)
@@ -285,7 +286,8 @@ class SandboxReconciler:
         return Result(requeue_after=requeue)
 
     async def _ensure_trace_context(self, sandbox: Obj) -> None:
-        """With tracing on, record this reconcile's trace on a Sandbox lacking one (3.1 step 4).
+        """With tracing on, record this reconcile's trace on a Sandbox lacking one (as Reconcile
+        does).
 
         Raises:
             ReconcileError: ``failed to persist trace context``.

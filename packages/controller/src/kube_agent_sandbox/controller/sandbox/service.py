@@ -1,8 +1,8 @@
 """The headless Service of a Sandbox: desired ports, the Service to create, drift detection.
 
-Pure functions (spec section 3.5). Port naming follows upstream exactly, because clients look
-ports up by name: the first explicit container-port name wins, unnamed ports get
-``p-<port>-<protocol>`` with ``-2``, ``-3``... on conflict.
+Pure functions (upstream v0.5.6 controllers/sandbox_controller.go, reconcileService). Port naming
+follows upstream exactly, because clients look ports up by name: the first explicit container-port
+name wins, unnamed ports get ``p-<port>-<protocol>`` with ``-2``, ``-3``... on conflict.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Step 4 of reconcileChildResources: the headless Service (spec section 3.5).
+"""Step 4 of reconcileChildResources: the headless Service (reconcileService).
 
 ``spec.service: true`` creates, adopts or repairs the Service; ``false`` deletes an owned
 one; unset leaves an unowned one alone and keeps an owned one (without managing its ports).

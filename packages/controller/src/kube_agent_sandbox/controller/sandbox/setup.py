@@ -3,7 +3,7 @@
 Upstream's ``SetupWithManager``: Sandboxes are the primary resource; owned Pods and Services
 trigger reconciles of their controller Sandbox when they carry the tracking label; PVCs are
 read from a cache but do not trigger reconciles. Pods are cached without their spec (only
-``spec.nodeName`` is read) to keep memory small (spec section 3.10).
+``spec.nodeName`` is read) to keep memory small (upstream's PodCacheTransform).
 
 :data:`plugin` registers the controller through the same
 :class:`~kube_agent_sandbox.controller.plugins.ControllerPlugin` contract as the extensions;
@@ -71,7 +71,7 @@ def has_tracking_label(old: Obj | None, new: Obj | None) -> bool:
 
 
 def pod_cache_transform(obj: Obj) -> Obj:
-    """Strip what the controller never reads from a cached Pod (spec section 3.10).
+    """Strip what the controller never reads from a cached Pod (upstream's PodCacheTransform).
 
     ``managedFields`` and ``finalizers`` go, and the spec is reduced to ``nodeName``. Safe
     because every Pod write is a metadata-only merge patch computed against this same cached

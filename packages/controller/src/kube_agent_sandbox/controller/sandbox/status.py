@@ -1,4 +1,4 @@
-"""When and how the Sandbox status is written (spec section 3.1 step 8).
+"""When and how the Sandbox status is written (upstream's updateStatus).
 
 The status is the controller's only output most clients read, and writing it is the
 controller's most frequent API call. So: no write when nothing changed semantically, no write

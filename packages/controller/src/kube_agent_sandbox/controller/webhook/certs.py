@@ -1,11 +1,11 @@
 """Self-managed serving certificates of the conversion webhook (``--manage-webhook-certs``).
 
-Upstream's startup sequence (spec section 5.1), reproduced exactly: reuse the CA, certificate
-and key from the Secret ``agent-sandbox-webhook-certs`` when it exists; otherwise generate an
-ECDSA P-256 CA and a server certificate for the webhook Service, write them, and publish them
-in that Secret. When another replica published first (AlreadyExists) its certificates win, so
-all replicas serve the same certificate and the CRDs carry one caBundle. No rotation: the
-certificates live one year.
+Upstream's startup sequence (v0.5.6 cmd/agent-sandbox-controller/main.go), reproduced exactly: reuse
+the CA, certificate and key from the Secret ``agent-sandbox-webhook-certs`` when it exists;
+otherwise generate an ECDSA P-256 CA and a server certificate for the webhook Service, write them,
+and publish them in that Secret. When another replica published first (AlreadyExists) its
+certificates win, so all replicas serve the same certificate and the CRDs carry one caBundle. No
+rotation: the certificates live one year.
 """
 
 from __future__ import annotations

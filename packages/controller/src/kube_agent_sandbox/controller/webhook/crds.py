@@ -3,9 +3,10 @@
 Upstream patches, at startup and for each of its CRDs that exists and uses ``strategy:
 Webhook``, ``spec.conversion.webhook.clientConfig`` (``service`` name/namespace/path
 ``/convert`` and ``caBundle``) and fills ``conversionReviewVersions`` when empty, with a JSON
-merge patch (spec section 5.1). A URL ``clientConfig`` (``https://127.0.0.1:<port>/convert``)
-is offered in addition for local clusters whose API server runs on the host and cannot reach
-a Service; ``service`` and ``url`` are mutually exclusive, so the other one is removed.
+merge patch (as upstream v0.5.6 cmd/agent-sandbox-controller/main.go does). A URL
+``clientConfig`` (``https://127.0.0.1:<port>/convert``) is offered in addition for local
+clusters whose API server runs on the host and cannot reach a Service; ``service`` and ``url``
+are mutually exclusive, so the other one is removed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""An active claim gets its one Sandbox: found, adopted warm, or created cold (spec 4.3.3).
+"""An active claim gets its one Sandbox: found, adopted warm, or created cold (upstream's
+reconcileActive).
 
 :func:`reconcile_active` is ``reconcileActive``; :func:`find_or_adopt` is steps a-e of
 ``getOrCreateSandbox`` (the Sandbox in the status, the assigned one, the one named like the

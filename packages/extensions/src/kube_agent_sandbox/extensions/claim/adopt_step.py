@@ -1,4 +1,5 @@
-"""Warm adoption: record the assignment on the claim, then take the Sandbox (spec 4.3.5).
+"""Warm adoption: record the assignment on the claim, then take the Sandbox (upstream's
+adoptSandboxFromCandidates).
 
 Both writes are optimistic: the claim's assignment annotation is locked on the claim's
 resourceVersion and the Sandbox's adoption patch on the Sandbox's; a conflict is resolved by
@@ -50,7 +51,8 @@ ADOPTION_RETRIES: Final = 3
 
 
 async def adopt(ctx: ClaimContext, work: ClaimPass, sandbox: Obj, key: WarmKey | None) -> Obj:
-    """Record the assignment on the claim, then take the Sandbox (spec 4.3.5).
+    """Record the assignment on the claim, then take the Sandbox (upstream's
+    adoptSandboxFromCandidates).
 
     Raises:
         AdoptionConflictError: another claim or controller won the Sandbox or the claim.

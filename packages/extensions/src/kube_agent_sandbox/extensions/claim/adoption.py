@@ -1,4 +1,4 @@
-"""Choosing a warm Sandbox for a claim and turning it into the claim's (spec 4.3.5, delta 5.4/5.5).
+"""Choosing a warm Sandbox for a claim and turning it into the claim's (adoptSandboxFromCandidates).
 
 Picking is synchronous: keys are popped from the in-memory :class:`WarmQueue` and checked
 against the cache without an ``await``, so however many workers pick at once, a key is handed
@@ -49,7 +49,8 @@ POOL_LABELS = (
 """Labels that make a Sandbox a pool member; adoption removes them."""
 
 PENDING_IP_GRACE = 2.0
-"""Seconds a young claim waits for warm candidates to report pod IPs (delta 5.4)."""
+"""Seconds a young claim waits for warm candidates to report pod IPs (upstream's
+warmCandidatesPendingError)."""
 
 PENDING_IP_REQUEUE = 0.5
 """Longest wait between looks at pending warm candidates."""

@@ -1,8 +1,8 @@
 """The claim's own annotations: first-observed/trace stamps and the Sandbox assignment.
 
-Spec 4.3.1 step 3 (observability annotations, folded into the pass's first claim write) and
-the assignment bookkeeping of ``getOrCreateSandbox`` (clearing a stale assignment, migrating
-the legacy ``agents.x-k8s.io/sandbox-name`` label to the annotation).
+Upstream's initializeAnnotations (observability annotations, folded into the pass's first claim
+write) and the assignment bookkeeping of ``getOrCreateSandbox`` (clearing a stale assignment,
+migrating the legacy ``agents.x-k8s.io/sandbox-name`` label to the annotation).
 """
 
 from __future__ import annotations

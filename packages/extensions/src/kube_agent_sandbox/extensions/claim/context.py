@@ -1,11 +1,11 @@
 """What the steps of a SandboxClaim reconcile share: their inputs and the claim write.
 
-The claim reconciler (reconciler.py) runs the top-level flow of spec 4.3.1; each step
-(active.py, adopt_step.py, provision.py, expiry_step.py, status_step.py, annotations.py) is a
-function in its own module that takes the :class:`ClaimContext` and the pass's
-:class:`ClaimPass`, writes through the context's client and raises a
-:class:`~kube_agent_sandbox.extensions.claim.errors.ClaimError` when something fails. The small
-object helpers below are the only copies the steps use.
+The claim reconciler (reconciler.py) runs the top-level flow of upstream v0.5.6
+extensions/controllers/sandboxclaim_controller.go, Reconcile; each step (active.py, adopt_step.py,
+provision.py, expiry_step.py, status_step.py, annotations.py) is a function in its own module that
+takes the :class:`ClaimContext` and the pass's :class:`ClaimPass`, writes through the context's
+client and raises a :class:`~kube_agent_sandbox.extensions.claim.errors.ClaimError` when something
+fails. The small object helpers below are the only copies the steps use.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kube_agent_sandbox.extensions.claim.warmqueue import WarmQueue
 
 
 class ClaimMetricsSink(Protocol):
-    """The claim metrics the reconciler records (spec 5.2, delta 7)."""
+    """The claim metrics the reconciler records (upstream v0.5.6 internal/metrics/metrics.go)."""
 
     def record_creation(
         self,

@@ -53,34 +53,33 @@ class ReconcilerError(ClaimError):
     """Anything unexpected: API errors, override conflicts, a foreign same-name Sandbox."""
 
 
-class TemplateNotFoundError(ClaimError):
+class _MissingObjectError(ClaimError):
+    """A pool or template the claim needs does not exist (looked at again after a minute)."""
+
+    transient = False
+    missing_kind: str = ""
+
+    def __init__(self, name: str, *, prefix: str = "") -> None:
+        self.name = name
+        super().__init__(f"{prefix}{self.missing_kind} {quote(name)} not found")
+
+    @property
+    def ready_message(self) -> str:
+        return f"{self.missing_kind} {quote(self.name)} not found"
+
+
+class TemplateNotFoundError(_MissingObjectError):
     """The pool's SandboxTemplate does not exist."""
 
     reason = c.REASON_TEMPLATE_NOT_FOUND
-    transient = False
-
-    def __init__(self, template: str, *, prefix: str = "") -> None:
-        self.template = template
-        super().__init__(f"{prefix}SandboxTemplate {quote(template)} not found")
-
-    @property
-    def ready_message(self) -> str:
-        return f"SandboxTemplate {quote(self.template)} not found"
+    missing_kind = c.KIND_SANDBOX_TEMPLATE
 
 
-class WarmPoolNotFoundError(ClaimError):
+class WarmPoolNotFoundError(_MissingObjectError):
     """The claim's SandboxWarmPool does not exist."""
 
     reason = c.REASON_WARM_POOL_NOT_FOUND
-    transient = False
-
-    def __init__(self, pool: str, *, prefix: str = "") -> None:
-        self.pool = pool
-        super().__init__(f"{prefix}SandboxWarmPool {quote(pool)} not found")
-
-    @property
-    def ready_message(self) -> str:
-        return f"SandboxWarmPool {quote(self.pool)} not found"
+    missing_kind = c.KIND_SANDBOX_WARM_POOL
 
 
 class _VerbatimError(ClaimError):

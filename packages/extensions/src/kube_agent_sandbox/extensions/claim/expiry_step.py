@@ -1,4 +1,4 @@
-"""An expired claim: mark it, then apply its shutdown policy (spec 4.3.1 steps 4-5, 4.3.2).
+"""An expired claim: mark it, then apply its shutdown policy (upstream's reconcileExpired).
 
 ``Retain`` keeps the claim and deletes its Sandbox (:func:`reconcile_expired`); ``Delete`` and
 ``DeleteForeground`` delete the claim itself (:func:`delete_claim`). The policy is applied

@@ -1,4 +1,4 @@
-"""Deletion of the per-claim NetworkPolicy older controllers created (spec 4.3.1 step 2).
+"""Deletion of the per-claim NetworkPolicy older controllers created (as upstream's Reconcile does).
 
 Every pass looks in the NetworkPolicy cache for ``<claim>-network-policy`` controlled by the
 claim and deletes it in the background, once per policy UID, so the reconcile never waits

@@ -1,4 +1,4 @@
-"""When a claim expires and what happens then (spec 4.3.1 step 5, 4.3.7).
+"""When a claim expires and what happens then (upstream's checkExpiration).
 
 A claim expires at ``spec.lifecycle.shutdownTime``, or ``ttlSecondsAfterFinished`` after its
 own ``Finished`` condition (mirrored from the Sandbox) turned True, whichever comes first.

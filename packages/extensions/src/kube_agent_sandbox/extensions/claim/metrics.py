@@ -1,4 +1,5 @@
-"""The claim controller's Prometheus metrics: startup latencies and the creation counter (5.2).
+"""The claim controller's Prometheus metrics: startup latencies and the creation counter
+(upstream v0.5.6 internal/metrics/metrics.go).
 
 Names, buckets, label names and help texts are upstream's, so existing dashboards and the
 benchmark tooling read ours unchanged. The latency histograms are observed once per claim, at

@@ -1,4 +1,5 @@
-"""When the controller first saw each claim (``controller-first-observed-at``, spec 4.3).
+"""When the controller first saw each claim (``controller-first-observed-at``, upstream's
+observedTimeMap).
 
 The primary watch's predicate records the time of the first event of every claim (by
 namespace/name and UID, so a re-created claim starts over); the reconciler stamps it on the

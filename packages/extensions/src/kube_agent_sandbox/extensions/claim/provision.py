@@ -1,4 +1,5 @@
-"""The claim's template, a bound Sandbox's pod metadata, and the cold start (spec 4.3.3-4.3.4).
+"""The claim's template, a bound Sandbox's pod metadata, and the cold start (upstream's
+reconcileActive).
 
 :func:`template_for` resolves warm pool -> template (raising the not-found errors the status
 reports); :func:`sync_pod_metadata` is the fast path's metadata propagation to a Sandbox the

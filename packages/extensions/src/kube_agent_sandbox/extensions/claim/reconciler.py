@@ -1,4 +1,4 @@
-"""The SandboxClaim reconciler: a claim gets exactly one Sandbox, warm if possible (spec 4.3).
+"""The SandboxClaim reconciler: a claim gets exactly one Sandbox, warm if possible.
 
 The flow is upstream's (``Reconcile`` -> ``reconcileActive`` -> ``getOrCreateSandbox`` ->
 status), with the hot path rebuilt around three rules (docs/design/claim-hot-path.md):
@@ -16,17 +16,19 @@ status), with the hot path rebuilt around three rules (docs/design/claim-hot-pat
 A warm claim costs four writes here: the claim's annotations, the Sandbox adoption, the
 claim's status and the ``SandboxAdopted`` event.
 
-This module keeps only the top level of spec 4.3.1 ``Reconcile(claim)``: expiry, the active
+This module keeps only the top level of upstream v0.5.6
+extensions/controllers/sandboxclaim_controller.go, ``Reconcile``: expiry, the active
 or expired step, the status, and turning the pass's one error into a result. Each step lives
 in its own module, takes the shared :class:`ClaimContext` and raises a ``ClaimError``, which
 :meth:`ClaimReconciler._reconcile` is the one place to catch:
 
-- legacy_policy.py: the legacy NetworkPolicy clean-up (4.3.1 step 2);
+- legacy_policy.py: the legacy NetworkPolicy clean-up;
 - annotations.py: the first-observed/trace annotations and the assignment bookkeeping;
-- expiry_step.py: marking expiry and the shutdown policy (4.3.1 steps 4-5);
-- active.py: ``reconcileActive`` and ``getOrCreateSandbox`` (4.3.3), using adopt_step.py
-  (warm adoption, 4.3.5) and provision.py (template, pod metadata, cold create);
-- status_step.py: the status write and first-ready bookkeeping (4.3.6).
+- expiry_step.py: marking expiry and the shutdown policy (``reconcileExpired``);
+- active.py: ``reconcileActive`` and ``getOrCreateSandbox``, using adopt_step.py
+  (warm adoption, ``adoptSandboxFromCandidates``) and provision.py (template, pod metadata, cold
+  create);
+- status_step.py: the status write and first-ready bookkeeping (``updateStatus``).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def _utcnow() -> dt.datetime:
 
 
 class ClaimReconciler:
-    """Converges one SandboxClaim (spec 4.3.1).
+    """Converges one SandboxClaim (upstream's Reconcile).
 
     Args:
         client: Writes and authoritative reads.
@@ -133,7 +135,8 @@ class ClaimReconciler:
         clock_ns: Wall clock in nanoseconds (annotations).
         network_policies: Cache of NetworkPolicies; every pass deletes the claim's legacy
             ``<claim>-network-policy`` (left by old controllers) when this cache shows it
-            controlled by the claim, in the background (spec 4.3.1 step 2). None skips it.
+            controlled by the claim, in the background (as upstream's Reconcile does). None skips
+            it.
     """
 
     def __init__(

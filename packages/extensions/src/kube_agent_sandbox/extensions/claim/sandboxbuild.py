@@ -2,9 +2,10 @@
 
 Both paths share :func:`desired_pod_metadata`, so the metadata written at adoption is exactly
 what later passes expect and they find nothing to change (no extra write per claim). The
-cold-start body follows spec 4.3.3 ``createSandbox``: the template's blueprint, the claim's
-volume claim templates and environment under the template's policies, the claim's pod
-metadata under the "no overrides" rule, and the secure defaults.
+cold-start body follows upstream v0.5.6 extensions/controllers/sandboxclaim_controller.go's cold
+create: the template's blueprint, the claim's volume claim templates and environment under the
+template's policies, the claim's pod metadata under the "no overrides" rule, and the secure
+defaults.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def merge_claim_metadata(base: Obj, claim: Obj) -> Obj:
 
 
 def desired_pod_metadata(claim: Obj, template: Obj) -> Obj:
-    """The pod template metadata of a Sandbox bound to ``claim`` (spec 4.3.3 step 3).
+    """The pod template metadata of a Sandbox bound to ``claim`` (upstream's cold create).
 
     The template's pod metadata, plus ``claim-uid``, ``sandbox-template-ref-hash`` and the
     claim's ``created-by``, plus ``additionalPodMetadata``.

@@ -1,9 +1,10 @@
-"""The claim's status: its Ready and Finished conditions and ``status.sandbox`` (spec 4.3.6).
+"""The claim's status: its Ready and Finished conditions and ``status.sandbox`` (upstream's
+computeReadyCondition).
 
 A pure function of what the pass found (the Sandbox, an error, whether the claim expired), so
 the whole table of situations is unit-tested without an API. Ready is either computed here or
 forwarded from the Sandbox (status, reason, message and transition time), always with the
-claim's own generation (delta 5.2); Finished is the Sandbox's, verbatim.
+claim's own generation; Finished is the Sandbox's, verbatim.
 """
 
 from __future__ import annotations

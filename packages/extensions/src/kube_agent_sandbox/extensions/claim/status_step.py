@@ -1,4 +1,4 @@
-"""The claim's status write and first-ready bookkeeping (spec 4.3.6, 5.2, delta 7).
+"""The claim's status write and first-ready bookkeeping (upstream's updateStatus).
 
 The status itself is computed by status.py; this module writes it (merge patch locked on the
 claim's resourceVersion) and, once per claim, records the first-ready latency metrics and the
@@ -58,7 +58,7 @@ async def write_status(
 async def record_first_ready(
     ctx: ClaimContext, work: ClaimPass, old_status: Obj, new_status: Obj, sandbox: Obj | None
 ) -> None:
-    """Latency metrics once per claim, at its first Ready=True (spec 5.2, delta 7).
+    """Latency metrics once per claim, at its first Ready=True (upstream internal/metrics).
 
     Raises:
         ReconcilerError: the first-ready annotation could not be written.

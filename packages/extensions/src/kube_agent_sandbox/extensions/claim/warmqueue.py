@@ -1,4 +1,5 @@
-"""The in-memory queue of adoptable warm Sandboxes per pool, and the watch that feeds it (4.3.2).
+"""The in-memory queue of adoptable warm Sandboxes per pool, and the watch that feeds it
+(upstream's candidate queue, extensions/controllers/queue).
 
 It stays one module of about 400 lines: the queue and the watch handlers that feed it share
 one rule (what the feeder queues as adoptable is what a pick may hand out) and the queue's
@@ -307,7 +308,7 @@ def warm_pool_name(sandbox: Obj) -> str:
 
 
 def is_adoptable(sandbox: Obj) -> bool:
-    """Whether a claim may adopt the Sandbox, judged on static facts only (spec 4.3.2).
+    """Whether a claim may adopt the Sandbox, judged on static facts only (upstream's getCandidate).
 
     Adoptable: not being deleted, labelled ``warm-pool-sandbox`` and ``sandbox-template-ref-hash``
     and controlled by a SandboxWarmPool of the extensions group (any version).

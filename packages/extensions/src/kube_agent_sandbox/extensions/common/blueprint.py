@@ -1,4 +1,5 @@
-"""Rules every Sandbox built from a SandboxTemplate follows (spec sections 4, 4.2.2 and 4.2.4).
+"""Rules every Sandbox built from a SandboxTemplate follows (upstream's buildSandboxCR,
+isSandboxStale).
 
 * :func:`apply_secure_defaults`: no service account token unless asked for, and public DNS
   when the template's default NetworkPolicy (which blocks cluster DNS) applies.

@@ -1,4 +1,4 @@
-"""The NetworkPolicy a SandboxTemplate asks for (spec section 4.1, steps 4 and 6).
+"""The NetworkPolicy a SandboxTemplate asks for (upstream's template Reconcile).
 
 Pure functions, no I/O: the policy's name, whether the controller manages it, and the spec it
 must have. Every Sandbox pod made from a template carries the template-ref-hash label, so one

@@ -1,4 +1,5 @@
-"""The SandboxTemplate reconciler (spec section 4.1).
+"""The SandboxTemplate reconciler (upstream v0.5.6
+extensions/controllers/sandboxtemplate_controller.go).
 
 Per template: make sure it carries the ``agents.x-k8s.io/sandbox-template-ref-hash`` label,
 then converge its NetworkPolicy ``<template>-network-policy``. ``Managed`` (the default): the
@@ -84,7 +85,7 @@ def _terminating(obj: Obj) -> bool:
 
 
 class TemplateReconciler:
-    """Converges one SandboxTemplate: its label and its NetworkPolicy (spec section 4.1).
+    """Converges one SandboxTemplate: its label and its NetworkPolicy.
 
     Args:
         client: Writes against the API server.

@@ -1,4 +1,5 @@
-"""``filterActiveSandboxes`` (spec 4.2.3): count a pool's members, delete the stale, adopt orphans.
+"""``filterActiveSandboxes`` (upstream v0.5.6): count a pool's members, delete the stale, adopt
+orphans.
 
 The decisions (terminating, stale, orphan) come from :mod:`.members`; this module performs the
 writes they call for and records the outcome on the :class:`~.passes.Pass`, errors included.

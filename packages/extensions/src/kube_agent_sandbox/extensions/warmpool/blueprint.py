@@ -1,4 +1,4 @@
-"""The Sandbox a warm pool creates from its template (spec section 4.2.2).
+"""The Sandbox a warm pool creates from its template (upstream's buildSandboxCR).
 
 Kept apart from the reconciler so the exact shape (labels, annotations, owner, secure
 defaults) is one pure function, tested on its own and shared by every create of a pass.

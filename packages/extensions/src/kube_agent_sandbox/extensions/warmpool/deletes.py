@@ -1,4 +1,4 @@
-"""Deleting a pool's Sandboxes by UID, with the deletion expectation around it (spec 4.2.5).
+"""Deleting a pool's Sandboxes by UID, with the deletion expectation around it.
 
 Every step that deletes (stale members, stuck members, excess members) goes through these two
 functions, so the precondition and the expectation roll-back are written once.

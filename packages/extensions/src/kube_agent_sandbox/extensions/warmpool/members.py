@@ -1,4 +1,5 @@
-"""Which Sandboxes of a pool count, which are stale, and which are stuck (spec 4.2.3-4.2.4).
+"""Which Sandboxes of a pool count, which are stale, and which are stuck (upstream's
+filterActiveSandboxes, isSandboxStale).
 
 Pure decisions on cached objects; the reconciler performs the writes they call for. Staleness
 is memoized per distinct ``sandbox-template-hash`` label value within one pass, so a pool of
@@ -103,7 +104,7 @@ def stuck_verdict(
     now: dt.datetime,
     grace: float,
 ) -> tuple[StuckVerdict, float | None]:
-    """Judge a member for the stuck pass (spec 4.2.1 step 5, grace from the flag).
+    """Judge a member for the stuck pass (grace from the flag).
 
     Args:
         sandbox: The active member.
@@ -137,7 +138,7 @@ def pod_name_of(sandbox: Obj) -> str:
 
 @dataclass
 class StalenessCheck:
-    """``isSandboxStale`` for one pass over one pool (spec 4.2.4).
+    """``isSandboxStale`` for one pass over one pool.
 
     Args:
         template: The pool's SandboxTemplate.

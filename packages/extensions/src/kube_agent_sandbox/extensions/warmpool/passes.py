@@ -1,8 +1,9 @@
 """What one pass over a pool carries between its steps, and what a pool keeps between passes.
 
-The steps of spec 4.2.1 (filter, stuck pass, create, trim, status) each take a :class:`Pass`
-and append to its errors instead of raising, so the reconciler raises them once, at the end,
-as upstream returns one aggregated error.
+The steps of upstream v0.5.6 extensions/controllers/sandboxwarmpool_controller.go, reconcilePool
+(filter, stuck pass, create, trim, status) each take a :class:`Pass` and append to its errors
+instead of raising, so the reconciler raises them once, at the end, as upstream returns one
+aggregated error.
 """
 
 from __future__ import annotations

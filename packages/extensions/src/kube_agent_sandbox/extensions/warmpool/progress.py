@@ -1,4 +1,4 @@
-"""The not-progressing signal of a pool (spec 2.4, 4.2.1 step 10, delta 4.2).
+"""The not-progressing signal of a pool (upstream's setNotProgressing).
 
 A pool whose members are unschedulable past the readiness grace period cannot reach its
 target until capacity frees up; it says so once with a Warning event and once more (Normal)

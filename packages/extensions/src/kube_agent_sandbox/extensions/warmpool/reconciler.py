@@ -1,11 +1,12 @@
 """One pass over a SandboxWarmPool: count members, replace what is stale or stuck, refill or
-trim to ``spec.replicas``, and write the status (spec 4.2.1 as amended by delta 4).
+trim to ``spec.replicas``, and write the status (upstream v0.5.6
+extensions/controllers/sandboxwarmpool_controller.go, reconcilePool).
 
 This module keeps the top-level flow of :meth:`WarmPoolReconciler.reconcile` and the state
-that outlives a pass; each step lives in its own module: :mod:`.active` (4.2.3), :mod:`.stuck`
-(step 5), :mod:`.scale` (steps 8-9, 4.2.5), :mod:`.progress` (step 10) and :mod:`.status`
-(steps 7, 13). Steps collect their errors on the pass; :meth:`~WarmPoolReconciler.reconcile`
-raises them once, at the end.
+that outlives a pass; each step lives in its own module: :mod:`.active` (``filterActiveSandboxes``),
+:mod:`.stuck`, :mod:`.scale` (refill and trim), :mod:`.progress` (``setNotProgressing``) and
+:mod:`.status` (``updateStatus``). Steps collect their errors on the pass;
+:meth:`~WarmPoolReconciler.reconcile` raises them once, at the end.
 
 Reads come from caches; the only thing that stops a lagging cache from causing a double
 create is :class:`Expectations`, never a wait: a pass that finds earlier writes unobserved
@@ -217,7 +218,7 @@ class WarmPoolReconciler:
 
     # -- the pass -----------------------------------------------------------------------------
     async def reconcile(self, request: Request) -> Result:
-        """Converge one pool (spec 4.2.1)."""
+        """Converge one pool (upstream's reconcilePool)."""
         pool = self.pools.get(request.namespace, request.name)
         if pool is None or is_terminating(pool):
             self.forget(request)
@@ -303,7 +304,7 @@ class WarmPoolReconciler:
         return self.pods.get(str(meta(sandbox).get("namespace") or ""), pod_name_of(sandbox))
 
     def _member_of(self, pool: Obj, template: Obj) -> Obj:
-        """The Sandbox the pool creates (spec 4.2.2)."""
+        """The Sandbox the pool creates (upstream's buildSandboxCR)."""
         return build_member(
             pool,
             template,

@@ -1,4 +1,4 @@
-"""Refill and trim a pool (spec 4.2.1 steps 8-9, 4.2.5, delta 4.3).
+"""Refill and trim a pool (upstream's reconcilePool, takeRefillTokens).
 
 Both steps are gated by the pool's :class:`Expectations`, never by a wait: a pass that finds
 earlier writes unobserved skips the step and requeues, and the Sandbox events that lower the

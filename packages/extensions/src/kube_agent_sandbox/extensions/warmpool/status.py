@@ -1,4 +1,4 @@
-"""The status a pass writes, the merge patch that gets it there, and the write (4.2.1 steps 7, 13).
+"""The status a pass writes, the merge patch that gets it there, and the write (``updateStatus``).
 
 Zero values are omitted from the desired status (as Go's ``omitempty`` does) and cleared with
 ``null`` in the patch, so a pool scaled from 3 to 0 shows no stale ``replicas: 3``. Fields the

@@ -1,4 +1,4 @@
-"""The stuck-member pass (spec 4.2.1 step 5, delta 4.2): delete members not Ready in time.
+"""The stuck-member pass (upstream's reconcilePool): delete members not Ready in time.
 
 Members past the readiness grace period are deleted, except those whose pod is unschedulable
 (held and counted, so the pool signals not-progressing instead of churning); members still in
