@@ -14,7 +14,7 @@ import logging
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOXES
-from kube_agent_sandbox.controller.runtime import ApiError, Obj, is_controlled_by
+from kube_agent_sandbox.controller.runtime import ApiError, Obj, is_controlled_by, quote
 from kube_agent_sandbox.extensions.claim import podmetadata
 from kube_agent_sandbox.extensions.claim.adopt_step import adopt, complete_adoption
 from kube_agent_sandbox.extensions.claim.adoption import (
@@ -37,7 +37,6 @@ from kube_agent_sandbox.extensions.claim.context import (
 from kube_agent_sandbox.extensions.claim.errors import (
     InvalidMetadataError,
     ReconcilerError,
-    quote,
 )
 from kube_agent_sandbox.extensions.claim.provision import (
     create_cold,

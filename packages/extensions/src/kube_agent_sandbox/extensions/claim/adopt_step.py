@@ -21,6 +21,7 @@ from kube_agent_sandbox.controller.runtime import (
     create_merge_patch,
     is_controlled_by,
     meta,
+    quote,
 )
 from kube_agent_sandbox.extensions.claim.adoption import adoption_target, is_ready
 from kube_agent_sandbox.extensions.claim.annotations import clear_assignment
@@ -36,7 +37,6 @@ from kube_agent_sandbox.extensions.claim.errors import (
     AdoptionConflictError,
     ReconcilerError,
     conflict_detail,
-    quote,
 )
 from kube_agent_sandbox.extensions.claim.metrics import template_name_of as sandbox_template
 from kube_agent_sandbox.extensions.claim.observed import rfc3339nano

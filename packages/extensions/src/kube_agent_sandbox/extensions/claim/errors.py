@@ -22,8 +22,6 @@ NOT_FOUND_REQUEUE: Final = 60.0
 CREATE_PENDING_REQUEUE: Final = 0.2
 """Seconds before a create that hit AlreadyExists is retried (the cache has not shown it)."""
 
-__all__ = ["quote"]  # re-exported: the reconciler quotes names like the errors do
-
 
 class ClaimError(ReconcileError):
     """A failed claim pass.

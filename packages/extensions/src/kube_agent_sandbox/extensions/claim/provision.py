@@ -18,6 +18,7 @@ from kube_agent_sandbox.controller.runtime import (
     Obj,
     create_merge_patch,
     meta,
+    quote,
     semantic_equal,
 )
 from kube_agent_sandbox.extensions.claim.context import (
@@ -34,7 +35,6 @@ from kube_agent_sandbox.extensions.claim.errors import (
     SandboxCreatePendingError,
     TemplateNotFoundError,
     WarmPoolNotFoundError,
-    quote,
 )
 from kube_agent_sandbox.extensions.claim.metrics import template_name_of as sandbox_template
 from kube_agent_sandbox.extensions.claim.sandboxbuild import (
