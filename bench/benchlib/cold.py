@@ -11,6 +11,7 @@ kwok).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -20,10 +21,20 @@ from benchlib.promtext import request_delta
 from benchlib.report import BenchResult
 from benchlib.shapes import sandbox_manifest
 from benchlib.stats import sustained_rate
+from benchlib.timeline import (
+    Timelines,
+    sample,
+    segment_summary,
+    waterfall_rows,
+    writes_per_object,
+)
 from benchlib.tracker import SandboxTracker
 from benchlib.workload import add_latency_rows, add_request_rows, cpu_share_rows, send_open_loop
 from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiClient
+
+WATERFALL_SAMPLE = 24
+"""Sandboxes drawn in the waterfall plot (spread evenly over the run)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ async def measure_cold(
     result = ctx.result
     tracker = SandboxTracker(client, NAMESPACE)
     await tracker.start()
+    timelines = Timelines(client, NAMESPACE)
+    await timelines.start()
     requests_before = ctx.api_requests()
     cpu_before = ctx.cpu_seconds()
     began = time.monotonic()
@@ -84,11 +97,14 @@ async def measure_cold(
             await client.create(SANDBOXES, NAMESPACE, sandbox_manifest(name))
 
         sent = await send_open_loop(names, create, rate=sizes.rate)
+        timelines.sent(sent.at)
         created = sent.ok
         await tracker.wait_marks(created, "ready", within=sizes.within)
         ready = {n: m for n in created if (m := tracker.mark(n, "ready")) is not None}
+        await asyncio.sleep(1.0)  # let the timelines see the last writes
     finally:
         await tracker.stop()
+        await timelines.stop()
     wall = time.monotonic() - began
     cpu_after = ctx.cpu_seconds()
     delta = request_delta(ctx.api_requests(), requests_before)
@@ -107,6 +123,7 @@ async def measure_cold(
         result, "cold Sandbox", delta, len(created), key="apiserver_requests_per_sandbox"
     )
     ctx.series["latency_s"] = latencies
+    add_timeline_rows(ctx, timelines, created)
     ctx.series["ready_times_s"] = ready_times
     if sent.failures:
         result.notes.append(
@@ -115,3 +132,17 @@ async def measure_cold(
     missing = len(created) - len(ready)
     if missing:
         result.notes.append(f"{missing} Sandboxes not Ready within {sizes.within:.0f} s")
+
+
+def add_timeline_rows(ctx: Context, timelines: Timelines, created: list[str]) -> None:
+    """Segment rows (where create->Ready goes), writes seen per Sandbox, the waterfall data."""
+    lines = [timelines.objects[n] for n in created if n in timelines.objects]
+    segments = segment_summary(lines)
+    for label, figures in segments.items():
+        for q in ("p50", "p99"):
+            ctx.result.add(f"{label} {q}", figures[f"{q}_ms"], "ms", note="watch timeline")
+    status, metadata = writes_per_object(lines)
+    ctx.result.add("Sandbox status writes seen per Sandbox", status, note="watch timeline")
+    ctx.result.add("Sandbox metadata writes seen per Sandbox", metadata, note="watch timeline")
+    ctx.result.details["timeline_segments"] = segments
+    ctx.series["waterfall"] = waterfall_rows(timelines.objects, sample(created, WATERFALL_SAMPLE))

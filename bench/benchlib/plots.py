@@ -78,6 +78,51 @@ def rss(runs: Sequence[tuple[str, Series]], target: Path, *, title: str) -> Path
     return _save(fig, ax, target, title)
 
 
+WATERFALL_COLOURS = ("tab:blue", "tab:gray", "tab:olive", "tab:orange")
+"""One colour per segment of :data:`benchlib.timeline.SEGMENTS`."""
+
+
+def waterfall(runs: Sequence[tuple[str, Series]], target: Path, *, title: str) -> Path | None:
+    """Per sampled object, its create->Ready segments as stacked bars, one panel per run.
+
+    Status writes seen by the watch are drawn as black ticks, so extra writes show.
+    """
+    from benchlib.timeline import SEGMENTS
+
+    panels = [(label, s.get("waterfall") or []) for label, s in runs]
+    panels = [(label, rows) for label, rows in panels if rows]
+    if not panels:
+        return None
+    height = max(SIZE[1], 0.9 + 0.17 * max(len(rows) for _, rows in panels))
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(SIZE[0] * (1 + 0.4 * (len(panels) - 1)), height), dpi=DPI,
+        sharex=True, squeeze=False,
+    )  # fmt: skip
+    for ax, (label, rows) in zip(axes[0], panels, strict=True):
+        for y, row in enumerate(rows):
+            marks = row["marks_ms"]
+            for (segment, start, end), colour in zip(SEGMENTS, WATERFALL_COLOURS, strict=True):
+                if start in marks and end in marks:
+                    left = marks[start]
+                    ax.barh(y, max(0.0, marks[end] - left), left=left, color=colour,
+                            label=segment if y == 0 else None)  # fmt: skip
+            writes = row.get("status_writes_ms") or []
+            ax.plot(writes, [y] * len(writes), "|", color="black", markersize=7,
+                    label="status write" if y == 0 else None)  # fmt: skip
+        ax.set_yticks(range(len(rows)), [row["name"] for row in rows], fontsize="x-small")
+        ax.invert_yaxis()
+        ax.set_xlabel("ms after the create was sent")
+        ax.set_title(label, fontsize="small")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0][0].legend(loc="lower right", fontsize="x-small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target)
+    plt.close(fig)
+    return target
+
+
 def write_all(runs: Sequence[tuple[str, Series]], base: Path, *, scenario: str) -> list[Path]:
     """Every plot the runs have data for, as ``<base>-<kind>.png``; returns the files written."""
     made = [
@@ -86,6 +131,8 @@ def write_all(runs: Sequence[tuple[str, Series]], base: Path, *, scenario: str) 
         throughput(runs, base.with_name(base.name + "-throughput.png"),
                    title=f"{scenario}: Ready per second"),
         rss(runs, base.with_name(base.name + "-rss.png"), title=f"{scenario}: controller RSS"),
+        waterfall(runs, base.with_name(base.name + "-waterfall.png"),
+                  title=f"{scenario}: where create->Ready goes (sampled objects)"),
     ]  # fmt: skip
     return [p for p in made if p is not None]
 

@@ -13,6 +13,7 @@ before the cache shows the write do not send the same status again.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from kube_agent_sandbox.api import constants as c
@@ -74,14 +75,47 @@ def status_patch(old: Any, new: Any) -> Obj | None:
     return {"status": diff}
 
 
+def _rv_number(rv: str | None) -> int | None:
+    """A resourceVersion as the integer etcd gives it (None when it is not one).
+
+    resourceVersions are opaque strings, but Kubernetes 1.33 made those of the built-in
+    storage comparable as integers (KEP-5504); any other form is compared only for equality.
+    """
+    return int(rv) if rv is not None and rv.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """The status this controller last wrote to one Sandbox, and the versions around it."""
+
+    uid: str | None
+    read_rv: str | None
+    """resourceVersion of the object the status was computed from."""
+    written_rv: int | None
+    """resourceVersion the API server gave the write (None: not an integer)."""
+    status: Obj
+
+    def predates(self, cached: Obj) -> bool:
+        """Whether ``cached`` is a version from before this write (the cache lags)."""
+        if uid_of(cached) != self.uid:
+            return False
+        rv = resource_version_of(cached)
+        if rv == self.read_rv:
+            return True
+        cached_rv = _rv_number(rv)
+        return cached_rv is not None and self.written_rv is not None and cached_rv < self.written_rv
+
+
 class StatusWriter:
     """Writes Sandbox statuses and overlays the last write while the cache lags behind it.
 
-    The status this controller last wrote is kept per Sandbox with the UID and
-    resourceVersion of the object it was computed from. While the cache still shows that
-    resourceVersion (it has not delivered the write yet), passes start from the written
-    status instead of the stale one; otherwise each owned-Pod event would send the same
-    status again until the cache caught up.
+    The status this controller last wrote is kept per Sandbox with the UID, the
+    resourceVersion it was computed from and the one the API server gave the write. While
+    the cache still shows an older version (it has not delivered the write yet, though it may
+    already show this controller's own metadata patch of the same pass), passes start from the
+    written status instead of the stale one; otherwise each owned-Pod event would send the
+    same status again until the cache caught up, and under load, when the cache lags most,
+    the repeated writes would load the API server most.
 
     Args:
         client: The API client.
@@ -89,7 +123,7 @@ class StatusWriter:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._written: dict[tuple[str, str], tuple[str | None, str | None, Obj]] = {}
+        self._written: dict[tuple[str, str], _Written] = {}
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop the memo of a Sandbox (deleted, or terminating)."""
@@ -98,8 +132,8 @@ class StatusWriter:
     def overlay(self, key: tuple[str, str], cached: Obj, sandbox: Obj) -> None:
         """Put the last written status on ``sandbox`` if ``cached`` predates that write."""
         written = self._written.pop(key, None)
-        if written is not None and written[:2] == (uid_of(cached), resource_version_of(cached)):
-            sandbox["status"] = copy.deepcopy(written[2])
+        if written is not None and written.predates(cached):
+            sandbox["status"] = copy.deepcopy(written.status)
             self._written[key] = written
 
     async def write(self, sandbox: Obj, old_status: Obj) -> None:
@@ -114,15 +148,20 @@ class StatusWriter:
         key = (namespace_of(sandbox), name_of(sandbox))
         self._written.pop(key, None)
         try:
-            await self._client.patch(SANDBOXES, key[0], key[1], patch, subresource="status")
+            stored = await self._client.patch(
+                SANDBOXES, key[0], key[1], patch, subresource="status"
+            )
         except ApiError as exc:
             if exc.not_found:
                 return  # deleted mid-reconcile
             raise wrap(exc, "failed to patch sandbox status") from exc
         except Exception as exc:
             raise wrap(exc, "failed to patch sandbox status") from exc
-        self._written[key] = (
-            uid_of(sandbox),
-            resource_version_of(sandbox),
-            copy.deepcopy(sandbox.get("status") or {}),
+        self._written[key] = _Written(
+            uid=uid_of(sandbox),
+            read_rv=resource_version_of(sandbox),
+            written_rv=_rv_number(resource_version_of(stored))
+            if isinstance(stored, dict)
+            else None,
+            status=copy.deepcopy(sandbox.get("status") or {}),
         )
