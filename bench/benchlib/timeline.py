@@ -30,9 +30,9 @@ from typing import Any, Final
 import aiohttp
 
 from benchlib.stats import percentile
-from kube_agent_sandbox.controller.runtime.client import ApiClient
-from kube_agent_sandbox.controller.runtime.types import ApiError, Resource
-from kube_agent_sandbox.controller.sandbox.resources import PODS, SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
+from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, Resource
 
 log = logging.getLogger(__name__)
 
