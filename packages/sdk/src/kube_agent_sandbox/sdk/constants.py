@@ -1,9 +1,12 @@
-"""The SDK's side of the wire contract with the controllers (docs/reference/constants.md).
+"""The SDK's side of the wire contract with the controllers.
+
+The contract is documented in docs/concepts/compatibility.md (labels and annotations) and
+docs/concepts/claims.md (the claim's Ready reasons).
 
 The label, annotation and reason strings come from :mod:`kube_agent_sandbox.api.constants`
 (byte-identical to upstream); this module adds what only clients use: the value the SDK writes
 in ``agents.x-k8s.io/created-by``, the claim Ready reasons that end a wait, and the REST
-coordinates of the kinds the SDK touches (defined once in api-types, re-exported here).
+coordinates of the kinds the SDK touches.
 """
 
 from __future__ import annotations
