@@ -386,6 +386,7 @@ def test_a_create_in_a_terminating_namespace_never_heals() -> None:
     )
     assert not is_transient(terminating)
     assert not wrap(terminating).transient
+    assert classify(terminating) is ErrorClass.PERMANENT
 
 
 @pytest.mark.parametrize("transient", [True, False])

@@ -102,7 +102,7 @@ def _classify_one(exc: BaseException) -> ErrorClass | None:
     if isinstance(exc, ReconcileError):
         return ErrorClass.TRANSIENT if exc.transient else ErrorClass.PERMANENT
     if isinstance(exc, ApiError):
-        return ErrorClass.TRANSIENT if transient_status(exc.status) else ErrorClass.PERMANENT
+        return ErrorClass.TRANSIENT if is_transient(exc) else ErrorClass.PERMANENT
     # connection refused/reset, DNS, TLS, timeouts, a stream cut mid-body, a task cancelled
     # by someone else (e.g. a timeout around an awaited call)
     if isinstance(
