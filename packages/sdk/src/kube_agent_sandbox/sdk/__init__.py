@@ -8,18 +8,18 @@ upstream Python SDK's wire contract (``agents.x-k8s.io/created-by: python-client
 
 from kube_agent_sandbox.sdk._async.client import (
     AsyncCommandExecutor,
-    AsyncExecSession,
     AsyncFilesystem,
     AsyncSandbox,
     AsyncSandboxClient,
 )
+from kube_agent_sandbox.sdk._async.exec import AsyncExecSession
 from kube_agent_sandbox.sdk._sync.client import (
     CommandExecutor,
-    ExecSession,
     Filesystem,
     Sandbox,
     SandboxClient,
 )
+from kube_agent_sandbox.sdk._sync.exec import ExecSession
 from kube_agent_sandbox.sdk.config import ClusterConfig, load_incluster, load_kubeconfig
 from kube_agent_sandbox.sdk.constants import (
     CLIENT_REQUEST_TIME_ANNOTATION,

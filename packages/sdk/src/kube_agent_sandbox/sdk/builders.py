@@ -203,7 +203,7 @@ def claim_body(
     volume_claim_templates: Sequence[Mapping[str, Any]] | None = None,
     now: datetime.datetime | None = None,
 ) -> Obj:
-    """The SandboxClaim to create (spec 7.1 step 3, delta 8).
+    """The SandboxClaim to create (docs/guides/sdk.md, "Claim a Sandbox from a warm pool").
 
     Args:
         warm_pool: the SandboxWarmPool (``spec.warmPoolRef.name``), which names the template.

@@ -1,4 +1,7 @@
-"""The SDK's side of the wire contract with the controllers (spec 7.1, 7.6, delta 8).
+"""The SDK's side of the wire contract with the controllers.
+
+The contract is documented in docs/concepts/compatibility.md (labels and annotations) and
+docs/concepts/claims.md (the claim's Ready reasons).
 
 The label, annotation and reason strings come from :mod:`kube_agent_sandbox.api.constants`
 (byte-identical to upstream); this module adds what only clients use: the value the SDK writes
