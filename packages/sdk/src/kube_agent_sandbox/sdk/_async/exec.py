@@ -11,9 +11,7 @@ import queue
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-
-from httpx_ws import AsyncWebSocketSession
-from wsproto.events import BytesMessage, CloseConnection
+from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.sdk import execproto, readiness
 from kube_agent_sandbox.sdk._async.objects import AsyncObjectCalls
@@ -21,6 +19,9 @@ from kube_agent_sandbox.sdk.constants import PODS, SANDBOXES
 from kube_agent_sandbox.sdk.errors import ExecFailedError, ExecTimeoutError, SandboxError
 from kube_agent_sandbox.sdk.execproto import ExecResult
 from kube_agent_sandbox.sdk.paths import exec_params, resource_path
+
+if TYPE_CHECKING:
+    from httpx_ws import AsyncWebSocketSession
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class AsyncExecSession:
             TimeoutError: nothing arrived within ``timeout`` seconds.
             ExecFailedError: the command could not run.
         """
+        from wsproto.events import BytesMessage, CloseConnection  # loaded with the websocket
+
         while True:
             try:
                 event = await self._ws.receive(timeout)

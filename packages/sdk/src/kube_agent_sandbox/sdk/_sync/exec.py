@@ -12,9 +12,7 @@ import queue
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-
-from httpx_ws import WebSocketSession
-from wsproto.events import BytesMessage, CloseConnection
+from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.sdk import execproto, readiness
 from kube_agent_sandbox.sdk._sync.objects import ObjectCalls
@@ -22,6 +20,9 @@ from kube_agent_sandbox.sdk.constants import PODS, SANDBOXES
 from kube_agent_sandbox.sdk.errors import ExecFailedError, ExecTimeoutError, SandboxError
 from kube_agent_sandbox.sdk.execproto import ExecResult
 from kube_agent_sandbox.sdk.paths import exec_params, resource_path
+
+if TYPE_CHECKING:
+    from httpx_ws import WebSocketSession
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ class ExecSession:
             TimeoutError: nothing arrived within ``timeout`` seconds.
             ExecFailedError: the command could not run.
         """
+        from wsproto.events import BytesMessage, CloseConnection  # loaded with the websocket
+
         while True:
             try:
                 event = self._ws.receive(timeout)

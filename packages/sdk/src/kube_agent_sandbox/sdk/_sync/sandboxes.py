@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from kube_agent_sandbox.api import constants as api_constants
 from kube_agent_sandbox.api import heartbeat
-from kube_agent_sandbox.sdk import builders, metrics, readiness
+from kube_agent_sandbox.sdk import builders, readiness
 from kube_agent_sandbox.sdk._sync.objects import DEFAULT_READY_TIMEOUT, Obj, ObjectCalls
 from kube_agent_sandbox.sdk.constants import LEASES, SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.sdk.errors import ConflictError, NotFoundError, SandboxError
@@ -166,6 +166,9 @@ class SandboxCalls(ObjectCalls):
         current = self.get(name, namespace=ns)
         if (current.get("spec") or {}).get("operatingMode", "Running") == mode:
             return current
+        # prometheus_client loads with the first timed call (or get_metrics), not with the SDK.
+        from kube_agent_sandbox.sdk import metrics
+
         histogram = metrics.SUSPEND_LATENCY if mode == "Suspended" else metrics.RESUME_LATENCY
         started = time.monotonic()
         success = False
