@@ -4,6 +4,7 @@ check, the timing loop on real (tiny) processes, and how bench/run.py selects an
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import run
@@ -89,3 +90,10 @@ def test_cli_runs_by_default_and_in_quick_at_tiny_sizes() -> None:
     assert (args.cli_sandboxes, args.cli_runs) == (3, 5)
     with pytest.raises(SystemExit):
         run._validate(parser, parser.parse_args(["cli", "--controller-cmd", "x"]))
+
+
+def test_the_commands_get_the_kubeconfig_and_a_private_bytecode_cache() -> None:
+    base = {"PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1", "KUBECONFIG": "/old"}
+    env = cli.command_env(base, kubeconfig=Path("/k/admin"), pycache=Path("/w/pycache"))
+    assert env == {"PATH": "/bin", "KUBECONFIG": "/k/admin", "PYTHONPYCACHEPREFIX": "/w/pycache"}
+    assert base["PYTHONDONTWRITEBYTECODE"] == "1"  # the caller's mapping is left alone
