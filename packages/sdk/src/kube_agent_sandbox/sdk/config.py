@@ -281,7 +281,9 @@ def _load_plain_kubeconfig(
         ):
             raise _NotPlain("insecure-skip-tls-verify or token")
         with tempfile.TemporaryDirectory(prefix="kubeconfig-") as scratch:
-            base, tmp = file.resolve().parent, Path(scratch)
+            # Relative paths are relative to the file's folder, symlinks not followed (as the
+            # kubernetes loader does it).
+            base, tmp = Path(os.path.abspath(file)).parent, Path(scratch)
             ca = _material(cluster, "certificate-authority", base, tmp)
             cert = _material(user, "client-certificate", base, tmp)
             key = _material(user, "client-key", base, tmp)
