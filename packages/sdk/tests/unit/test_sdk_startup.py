@@ -249,3 +249,20 @@ def test_loading_a_plain_kubeconfig_does_not_import_kubernetes(
         f"try:\n    load_kubeconfig({str(exec_path)!r})\nexcept ConfigError:\n    pass"
     )
     assert "kubernetes" in loaded_after(code)  # the probe sees the loader when it is used
+
+
+def test_relative_paths_are_read_from_the_folder_of_the_path_given(
+    pem: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a symlink, relative files are read beside the link, as the kubernetes loader does."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    doc = PLAIN["files relative to the kubeconfig, tls-server-name"](pem)
+    (target / "config").write_text(yaml.safe_dump(doc))
+    link = write(tmp_path, {}, pem)  # the certificates live beside the link only
+    link.unlink()
+    link.symlink_to(target / "config")
+    plain = config._load_plain_kubeconfig(link, None)
+    assert plain is not None
+    monkeypatch.setattr(config, "_load_plain_kubeconfig", lambda path, context: None)
+    assert summary(plain) == summary(config.load_kubeconfig(link))
