@@ -35,10 +35,12 @@ COMPARABLE = ("warm-claims", "cold", "refill", "memory", "api")
 """Scenarios that run against any controller (``--controller-cmd``, ``--compare``)."""
 GATEWAY = "gateway"
 """The E2B gateway's create/connect/kill path on a warm pool (ours: it needs our gateway)."""
-OURS_ONLY = (GATEWAY, "cache-memory", "latency", "scale")
-"""Scenarios of this project's controller alone (the gateway, and the older benchmarks)."""
+CLI = "cli"
+"""How fast ``agent-sandbox list`` and the SDK import start, beside ``kubectl get``."""
+OURS_ONLY = (GATEWAY, CLI, "cache-memory", "latency", "scale")
+"""Scenarios of this project alone (the gateway, the CLI, and the older benchmarks)."""
 NAMES = COMPARABLE + OURS_ONLY
-DEFAULT = (*COMPARABLE, GATEWAY)
+DEFAULT = (*COMPARABLE, GATEWAY, CLI)
 """What runs when no scenario is named (the comparison ones with ``--controller-cmd``)."""
 ALIASES = {"claims": "warm-claims"}
 QUICK = {
@@ -59,6 +61,8 @@ QUICK = {
     "gateway_serial": 8,
     "gateway_burst": 8,
     "gateway_concurrency": 4,
+    "cli_sandboxes": 3,
+    "cli_runs": 5,
 }
 """``--quick`` sizes: every scenario on a handful of objects, minutes in all."""
 
@@ -134,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
         default=10,
         help="gateway: creates in flight during the burst (10)",
     )
+    # cli
+    add("--cli-sandboxes", type=int, default=10, help="cli: Ready Sandboxes listed (10)")
+    add("--cli-runs", type=int, default=20, help="cli: timed runs of each command (20)")
     # older benchmarks
     add("--sandboxes", type=int, default=10_000, help="scale: Sandboxes to create (10000)")
     add("--nodes", type=int, default=20, help="scale: kwok nodes, 1000 pods each (20)")
@@ -196,6 +203,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
         "gateway_serial",
         "gateway_burst",
         "gateway_concurrency",
+        "cli_sandboxes",
+        "cli_runs",
     ]
     for option in positive:
         if getattr(args, option) < 1:
@@ -272,6 +281,11 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[ControllerSpec], B
                 args.gateway_serial, args.gateway_burst, args.gateway_concurrency, within
             )
             return gateway.run(sizes_g, spec=spec, keep_workdir=keep)
+        if name == CLI:
+            from benchlib import cli
+
+            sizes_cli = cli.CliSizes(args.cli_sandboxes, args.cli_runs, within)
+            return cli.run(sizes_cli, spec=spec, keep_workdir=keep)
         return _ours_only(name, args)
 
     return run

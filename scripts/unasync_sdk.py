@@ -26,6 +26,11 @@ HAND_WRITTEN = {"__init__.py", "_backend.py"}
 REPLACEMENTS = {
     "_async": "_sync",
     "AsyncSandboxClient": "SandboxClient",
+    "AsyncObjectCalls": "ObjectCalls",
+    "AsyncSandboxCalls": "SandboxCalls",
+    "AsyncClaimCalls": "ClaimCalls",
+    "AsyncExecCalls": "ExecCalls",
+    "AsyncFileCalls": "FileCalls",
     "AsyncSandbox": "Sandbox",
     "AsyncKubeApi": "KubeApi",
     "AsyncExecSession": "ExecSession",

@@ -13,12 +13,8 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import yaml
-from pydantic import ValidationError
-
-from kube_agent_sandbox.api import Sandbox, SandboxClaim, validation_messages
 from kube_agent_sandbox.sdk.constants import (
     CLIENT_REQUEST_TIME_ANNOTATION,
     CREATED_BY_LABEL,
@@ -27,8 +23,11 @@ from kube_agent_sandbox.sdk.constants import (
     SANDBOXES,
 )
 
+if TYPE_CHECKING:
+    from kube_agent_sandbox.api import Sandbox
+
 Obj = dict[str, Any]
-SandboxSource = Sandbox | Mapping[str, Any] | str | Path
+SandboxSource: TypeAlias = "Sandbox | Mapping[str, Any] | str | Path"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -104,6 +103,8 @@ def validate_labels(labels: Mapping[str, str], *, what: str = "label") -> dict[s
 
 
 def _load_manifest(text: str) -> Obj:
+    import yaml  # only for manifests: a client that never parses one does not pay for it
+
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
@@ -139,6 +140,8 @@ def sandbox_body(
     Raises:
         ValueError: when the source is not a valid Sandbox (messages name the field).
     """
+    from kube_agent_sandbox.api import Sandbox
+
     if isinstance(source, Sandbox):
         obj = source.to_dict()
     elif isinstance(source, Path):
@@ -174,11 +177,26 @@ def sandbox_body(
         spec["shutdownTime"] = shutdown_after(shutdown_after_seconds, now=now)
         obj["spec"] = spec
     obj.pop("status", None)
-    try:
-        Sandbox.model_validate(obj)
-    except ValidationError as err:
-        raise ValueError("invalid Sandbox: " + "; ".join(validation_messages(err))) from err
+    _validate("Sandbox", obj)
     return obj
+
+
+def _validate(kind: str, obj: Obj) -> None:
+    """Check ``obj`` against the API model of ``kind`` (``Sandbox`` or ``SandboxClaim``).
+
+    pydantic and the models are imported here, on the first object built, not with the SDK.
+
+    Raises:
+        ValueError: naming every invalid field.
+    """
+    from pydantic import ValidationError
+
+    from kube_agent_sandbox import api
+
+    try:
+        getattr(api, kind).model_validate(obj)
+    except ValidationError as err:
+        raise ValueError(f"invalid {kind}: " + "; ".join(api.validation_messages(err))) from err
 
 
 def claim_name() -> str:
@@ -203,7 +221,7 @@ def claim_body(
     volume_claim_templates: Sequence[Mapping[str, Any]] | None = None,
     now: datetime.datetime | None = None,
 ) -> Obj:
-    """The SandboxClaim to create (spec 7.1 step 3, delta 8).
+    """The SandboxClaim to create (docs/guides/sdk.md, "Claim a Sandbox from a warm pool").
 
     Args:
         warm_pool: the SandboxWarmPool (``spec.warmPoolRef.name``), which names the template.
@@ -285,10 +303,7 @@ def claim_body(
         "metadata": meta,
         "spec": spec,
     }
-    try:
-        SandboxClaim.model_validate(obj)
-    except ValidationError as err:
-        raise ValueError("invalid SandboxClaim: " + "; ".join(validation_messages(err))) from err
+    _validate("SandboxClaim", obj)
     return obj
 
 

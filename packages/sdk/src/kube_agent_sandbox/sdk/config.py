@@ -1,17 +1,25 @@
 """Where the SDK connects and as whom: kubeconfig, in-cluster service account, or explicit.
 
-Parsing kubeconfig (contexts, client certificates, exec credential plugins, OIDC) is delegated
-to the ``kubernetes`` package's loaders, which are maintained with kubectl's semantics. What the
-SDK keeps is a :class:`ClusterConfig`: the server URL, the TLS settings for httpx, the default
-namespace and an :meth:`ClusterConfig.authorization` call that returns a fresh ``Authorization``
-header. That call may run an exec plugin when a token expired, so it blocks: the async client
-runs it in a worker thread, never on the event loop.
+A plain kubeconfig (one file; a server with a CA, or ``insecure-skip-tls-verify``; a user with a
+static token or a client certificate) is read here directly, because importing the
+``kubernetes`` package takes about a second, far more than the CLI's whole start should. Every
+other kubeconfig (exec credential plugins, auth providers, OIDC, a ``KUBECONFIG`` list to merge,
+any key this reader does not know) goes to the ``kubernetes`` package's loaders, which are
+maintained with kubectl's semantics.
+
+What the SDK keeps is a :class:`ClusterConfig`: the server URL, the TLS settings for httpx, the
+default namespace and an :meth:`ClusterConfig.authorization` call that returns a fresh
+``Authorization`` header. That call may run an exec plugin when a token expired, so it blocks:
+the async client runs it in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import ssl
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,15 +104,31 @@ def _ssl_context(ca_file: str | None, client_cert: tuple[str, str] | None) -> ss
     return context
 
 
+def _verify(
+    verify_ssl: bool,
+    ca_file: str | None,
+    client_cert: tuple[str, str] | None,
+    tls_server_name: str | None,
+) -> ssl.SSLContext | bool:
+    """httpx's ``verify`` for a kubeconfig's TLS settings (client certificates need ``verify``)."""
+    if not verify_ssl:
+        return False
+    context = _ssl_context(ca_file, client_cert)
+    if tls_server_name:
+        context.check_hostname = False
+    return context
+
+
 def _from_configuration(configuration: Any, namespace: str) -> ClusterConfig:
-    verify: ssl.SSLContext | bool = False
-    if configuration.verify_ssl:
-        client_cert = None
-        if configuration.cert_file and configuration.key_file:
-            client_cert = (configuration.cert_file, configuration.key_file)
-        verify = _ssl_context(configuration.ssl_ca_cert, client_cert)
-        if getattr(configuration, "tls_server_name", None):
-            verify.check_hostname = False
+    client_cert = None
+    if configuration.cert_file and configuration.key_file:
+        client_cert = (configuration.cert_file, configuration.key_file)
+    verify = _verify(
+        configuration.verify_ssl,
+        configuration.ssl_ca_cert,
+        client_cert,
+        getattr(configuration, "tls_server_name", None),
+    )
     hook = configuration.refresh_api_key_hook
 
     def token_source() -> str | None:
@@ -133,6 +157,9 @@ def load_kubeconfig(
     Raises:
         ConfigError: when the file is missing or unusable.
     """
+    plain = _load_plain_kubeconfig(path, context)
+    if plain is not None:
+        return plain
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
     from kubernetes.config.config_exception import ConfigException
@@ -153,6 +180,122 @@ def load_kubeconfig(
         raise ConfigError(f"cannot load kubeconfig: {err}") from err
     namespace = str((active or {}).get("context", {}).get("namespace") or DEFAULT_NAMESPACE)
     return _from_configuration(configuration, namespace)
+
+
+class _NotPlain(Exception):
+    """The kubeconfig needs the ``kubernetes`` package's loader (or its error message)."""
+
+
+PLAIN_CONTEXT_KEYS = frozenset({"cluster", "user", "namespace", "extensions"})
+PLAIN_CLUSTER_KEYS = frozenset(
+    {
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "insecure-skip-tls-verify",
+        "tls-server-name",
+        "extensions",
+    }
+)
+PLAIN_USER_KEYS = frozenset(
+    {
+        "token",
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+        "extensions",
+    }
+)
+"""The kubeconfig keys :func:`_load_plain_kubeconfig` reads; any other defers to ``kubernetes``."""
+
+
+def _kubeconfig_file(path: str | os.PathLike[str] | None) -> Path:
+    """The one file to read: ``path``, else ``$KUBECONFIG``, else ``~/.kube/config``."""
+    if path is not None:
+        return Path(path)
+    env = os.environ.get("KUBECONFIG")
+    if env is None:
+        return Path("~/.kube/config").expanduser()
+    if not env or os.pathsep in env:
+        raise _NotPlain("KUBECONFIG lists files to merge")
+    return Path(env).expanduser()
+
+
+def _named(doc: dict[str, Any], section: str, name: Any, keys: frozenset[str]) -> dict[str, Any]:
+    """The entry ``name`` of a kubeconfig section (``contexts``, ``clusters``, ``users``)."""
+    for item in doc.get(section) or ():
+        if isinstance(item, dict) and item.get("name") == name:
+            body = item.get(section[:-1])
+            if isinstance(body, dict) and set(body) <= keys:
+                return body
+            break
+    raise _NotPlain(f"{section} {name!r}")
+
+
+def _material(entry: dict[str, Any], key: str, base: Path, scratch: Path) -> str | None:
+    """A certificate or key as a file: the file named (relative to the kubeconfig) or the data."""
+    data = entry.get(f"{key}-data")
+    if data is not None:
+        try:
+            raw = base64.b64decode(str(data), validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise _NotPlain(key) from err
+        target = scratch / key
+        target.write_bytes(raw)
+        return str(target)
+    name = entry.get(key)
+    if name is None:
+        return None
+    return str(base / os.path.expanduser(str(name)))
+
+
+def _load_plain_kubeconfig(
+    path: str | os.PathLike[str] | None, context: str | None
+) -> ClusterConfig | None:
+    """A plain kubeconfig read without the ``kubernetes`` package; None when it is not one.
+
+    None (anything not plain, unreadable or wrong) sends the caller to the ``kubernetes``
+    loader, which then also words the error. Certificate data is written to a private
+    temporary directory only while the TLS context loads it.
+    """
+    import yaml
+
+    try:
+        file = _kubeconfig_file(path)
+        # libyaml's loader when PyYAML has it: several times faster than the pure-Python one.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        doc = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)
+        if not isinstance(doc, dict):
+            raise _NotPlain("not a mapping")
+        name = context if context is not None else doc.get("current-context")
+        ctx = _named(doc, "contexts", name, PLAIN_CONTEXT_KEYS)
+        cluster = _named(doc, "clusters", ctx.get("cluster"), PLAIN_CLUSTER_KEYS)
+        user = _named(doc, "users", ctx["user"], PLAIN_USER_KEYS) if "user" in ctx else {}
+        server, token = cluster.get("server"), user.get("token")
+        insecure = cluster.get("insecure-skip-tls-verify", False)
+        if not (isinstance(server, str) and server.startswith("https://")):
+            raise _NotPlain("server")
+        if not isinstance(insecure, bool) or not (
+            token is None or (token and isinstance(token, str))
+        ):
+            raise _NotPlain("insecure-skip-tls-verify or token")
+        with tempfile.TemporaryDirectory(prefix="kubeconfig-") as scratch:
+            # Relative paths are relative to the file's folder, symlinks not followed (as the
+            # kubernetes loader does it).
+            base, tmp = Path(os.path.abspath(file)).parent, Path(scratch)
+            ca = _material(cluster, "certificate-authority", base, tmp)
+            cert = _material(user, "client-certificate", base, tmp)
+            key = _material(user, "client-key", base, tmp)
+            if (cert is None) != (key is None):
+                raise _NotPlain("client certificate without key")
+            client_cert = (cert, key) if cert is not None and key is not None else None
+            verify = _verify(not insecure, ca, client_cert, cluster.get("tls-server-name"))
+    except (_NotPlain, OSError, yaml.YAMLError):
+        return None
+    namespace = str(ctx.get("namespace") or DEFAULT_NAMESPACE)
+    bearer = f"Bearer {token}" if token else None
+    return ClusterConfig(host=server.rstrip("/"), verify=verify, namespace=namespace, token=bearer)
 
 
 def load_incluster() -> ClusterConfig:

@@ -1,4 +1,7 @@
-"""Client-side latency histograms (upstream SDK v0.5.6 names, delta 8).
+"""Client-side latency histograms, named as upstream v0.5.6 names them.
+
+Upstream's are in ``clients/python/agentic-sandbox-client/k8s_agent_sandbox/metrics.py`` of
+kubernetes-sigs/agent-sandbox v0.5.6; docs/guides/migrating-from-k8s-agent-sandbox.md lists them.
 
 ``sandbox_client_suspend_latency_ms`` and ``sandbox_client_resume_latency_ms`` (label ``status``
 = ``success``/``failure``) time suspend and resume calls that changed something; a no-op call

@@ -2,7 +2,8 @@
 
 Readiness is the Ready condition's *status* (``"True"``), never its mere presence. A wait ends
 when the object is Ready, fails at once on a terminal reason, and otherwise keeps waiting
-(``SandboxNotReady``, ``SandboxCreatePending``, ``MultiplePods``... are transient, delta 8).
+(``SandboxNotReady``, ``SandboxCreatePending``, ``MultiplePods``... are transient; the reasons
+are listed in docs/concepts/claims.md, "Conditions").
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ def bound_sandbox_name(claim: Obj) -> str | None:
 
 
 def claim_readiness(claim: Obj) -> Readiness:
-    """Read a SandboxClaim's Ready condition (spec 7.1 step 4).
+    """Read a SandboxClaim's Ready condition.
+
+    docs/guides/sdk.md ("Claim a Sandbox from a warm pool") describes what the waits make of it.
 
     Ready means Ready=True *and* a bound Sandbox name. ``TemplateNotFound`` and
     ``WarmPoolNotFound`` fail fast with their own errors; a terminal reason fails with

@@ -7,10 +7,12 @@ Like httpcore's backends: the only code written twice, because it cannot be toke
 from __future__ import annotations
 
 import asyncio
-
-from httpx_ws import AsyncWebSocketSession
+from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.sdk.config import ClusterConfig, load_default
+
+if TYPE_CHECKING:
+    from httpx_ws import AsyncWebSocketSession
 
 
 async def authorization(config: ClusterConfig) -> str | None:

@@ -12,20 +12,17 @@ import logging
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from httpx_ws import (
-    AsyncWebSocketSession,
-    HTTPXWSException,
-    WebSocketUpgradeError,
-    aconnect_ws,
-)
 
 from kube_agent_sandbox.sdk._async import _backend
 from kube_agent_sandbox.sdk.apierrors import api_error
 from kube_agent_sandbox.sdk.config import ClusterConfig
 from kube_agent_sandbox.sdk.errors import ApiRequestError, SandboxError
+
+if TYPE_CHECKING:
+    from httpx_ws import AsyncWebSocketSession
 
 logger = logging.getLogger(__name__)
 
@@ -110,16 +107,24 @@ class AsyncKubeApi:
             timeout=httpx.Timeout(timeout),
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
         )
-        # Websockets get their own client: it keeps no idle connection (an upgraded one is never
-        # a candidate for reuse) and its response hook keeps a refused upgrade's body.
-        self._ws_client = httpx.AsyncClient(
-            base_url=config.host,
-            verify=config.verify,
-            timeout=httpx.Timeout(timeout),
-            headers={"User-Agent": USER_AGENT, "Accept": WS_ACCEPT},
-            limits=httpx.Limits(max_keepalive_connections=0),
-            event_hooks={"response": [_read_refusal]},
-        )
+        self._ws_client: httpx.AsyncClient | None = None
+
+    def _websocket_client(self) -> httpx.AsyncClient:
+        """The websocket client, made with the first websocket (most calls never open one).
+
+        Websockets get their own client: it keeps no idle connection (an upgraded one is never
+        a candidate for reuse) and its response hook keeps a refused upgrade's body.
+        """
+        if self._ws_client is None:
+            self._ws_client = httpx.AsyncClient(
+                base_url=self.config.host,
+                verify=self.config.verify,
+                timeout=httpx.Timeout(self.timeout),
+                headers={"User-Agent": USER_AGENT, "Accept": WS_ACCEPT},
+                limits=httpx.Limits(max_keepalive_connections=0),
+                event_hooks={"response": [_read_refusal]},
+            )
+        return self._ws_client
 
     async def __aenter__(self) -> AsyncKubeApi:
         return self
@@ -132,7 +137,8 @@ class AsyncKubeApi:
         try:
             await self._client.aclose()
         finally:
-            await self._ws_client.aclose()
+            if self._ws_client is not None:
+                await self._ws_client.aclose()
 
     async def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = dict(extra or {})
@@ -269,13 +275,17 @@ class AsyncKubeApi:
             ApiRequestError: (or a subclass, e.g. permission denied on ``pods/exec``) when the
                 upgrade is refused.
         """
+        # httpx-ws (and its anyio task groups) loads with the first websocket: a client that
+        # never opens one does not pay for it.
+        from httpx_ws import HTTPXWSException, WebSocketUpgradeError, aconnect_ws
+
         headers = await self._headers()
         query = _query(params)
         session: AsyncWebSocketSession
         try:
             async with aconnect_ws(
                 f"{path}?{query}",
-                self._ws_client,
+                self._websocket_client(),
                 subprotocols=subprotocols,
                 headers=headers,
                 max_message_size_bytes=MAX_WS_MESSAGE,

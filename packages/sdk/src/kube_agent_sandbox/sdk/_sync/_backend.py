@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-
-from httpx_ws import WebSocketSession
+from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.sdk.config import ClusterConfig, load_default
+
+if TYPE_CHECKING:
+    from httpx_ws import WebSocketSession
 
 
 def authorization(config: ClusterConfig) -> str | None:

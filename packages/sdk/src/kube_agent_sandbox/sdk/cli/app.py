@@ -18,24 +18,25 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from kube_agent_sandbox.sdk import (
+from kube_agent_sandbox.sdk import execproto
+from kube_agent_sandbox.sdk.cli import output
+from kube_agent_sandbox.sdk.config import ClusterConfig, load_kubeconfig
+from kube_agent_sandbox.sdk.errors import (
     ConfigError,
     NotFoundError,
     PermissionDeniedError,
-    SandboxClient,
     SandboxError,
     SandboxFailedError,
     SandboxTimeoutError,
-    execproto,
-    load_kubeconfig,
 )
-from kube_agent_sandbox.sdk.cli import output
-from kube_agent_sandbox.sdk.config import ClusterConfig
+
+if TYPE_CHECKING:
+    from kube_agent_sandbox.sdk import SandboxClient
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class State:
         """A client for the chosen kubeconfig/context/namespace."""
         if self.factory is not None:
             return self.factory(self)
+        from kube_agent_sandbox.sdk import SandboxClient  # httpx loads here, not with --help
+
         config: ClusterConfig | None = None
         if self.kubeconfig is not None:
             config = load_kubeconfig(self.kubeconfig, context=self.context)
@@ -519,6 +522,27 @@ def delete(
             err.print(f"{name} deleted", highlight=False)
 
 
+UNUSED_IMPORTS = ("httpx._main", "h2")
+"""Modules httpx and httpcore load when installed, which this CLI never uses: httpx's own
+command line (click, rich's progress bars, pygments: about 0.15 s of every start) and HTTP/2
+(``h2``, brought into the development environment by ``e2b``; the SDK speaks HTTP/1.1)."""
+
+
+def skip_unused_imports() -> None:
+    """Keep :data:`UNUSED_IMPORTS` from loading in this process.
+
+    A ``None`` entry in ``sys.modules`` makes an import of that name fail, and both libraries
+    then fall back as if the extra were not installed: ``httpx.main`` only prints that its
+    dependencies are missing, and ``httpcore`` refuses ``http2=True``. Neither is used here, and
+    the process is the CLI's own (a library must not do this to its host program).
+    """
+    if "httpx" not in sys.modules:
+        for name in UNUSED_IMPORTS:
+            # None is the documented "cannot be imported" entry, which typeshed does not allow.
+            sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
 def main() -> None:
     """Console-script entry point."""
+    skip_unused_imports()
     app()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
-from typing import Any
-
-import yaml
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from kube_agent_sandbox.sdk import readiness
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 Obj = dict[str, Any]
 FORMATS = ("table", "json", "yaml", "name", "wide")
@@ -74,6 +74,8 @@ CLAIM_COLUMNS = ["NAME", "READY", "REASON", "SANDBOX", "POOL", "AGE"]
 
 def table(objs: Sequence[Obj], *, claims: bool = False, wide: bool = False) -> Table:
     """A borderless rich table like ``kubectl get``."""
+    from rich.table import Table  # only the table formats draw one
+
     columns = CLAIM_COLUMNS if claims else SANDBOX_COLUMNS + (SANDBOX_WIDE if wide else [])
     result = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for column in columns:
@@ -104,6 +106,8 @@ def serialize(objs: Obj | Sequence[Obj], fmt: str, *, list_kind: str = "List") -
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=False)
     if fmt == "yaml":
+        import yaml
+
         return yaml.safe_dump(doc, sort_keys=False).rstrip("\n")
     raise ValueError(f"unknown output format {fmt!r}; use one of {', '.join(FORMATS)}")
 

@@ -1,0 +1,75 @@
+# Generated from _async/claims.py by scripts/unasync_sdk.py: do not edit.
+"""AsyncClaimCalls: create, read, list, wait for and delete SandboxClaims (claiming a sandbox
+from a warm pool, which returns a handle, is on the client itself).
+
+Hand-written source: ``_sync/claims.py`` is generated from it by ``scripts/unasync_sdk.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_agent_sandbox.sdk import builders, readiness
+from kube_agent_sandbox.sdk._sync.objects import DEFAULT_READY_TIMEOUT, Obj, ObjectCalls
+from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS
+
+
+class ClaimCalls(ObjectCalls):
+    """The SandboxClaim calls of :class:`~kube_agent_sandbox.sdk.SandboxClient`."""
+
+    def create_claim(self, warm_pool: str, *, namespace: str | None = None, **options: Any) -> Obj:
+        """Create a SandboxClaim and return it as created (no wait, not tracked)."""
+        ns = self._ns(namespace)
+        body = builders.claim_body(warm_pool, namespace=ns, **options)
+        return self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
+
+    def get_claim(self, name: str, *, namespace: str | None = None) -> Obj:
+        """The SandboxClaim object."""
+        return self._get(SANDBOX_CLAIMS, name, namespace=self._ns(namespace))
+
+    def list_claims(
+        self, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[Obj]:
+        """SandboxClaims of a namespace."""
+        return self._list(
+            SANDBOX_CLAIMS, namespace=self._ns(namespace), label_selector=label_selector
+        )
+
+    def wait_claim_ready(
+        self, name: str, *, namespace: str | None = None, timeout: float = DEFAULT_READY_TIMEOUT
+    ) -> Obj:
+        """Watch a claim until Ready=True with a bound Sandbox (fails fast on terminal reasons)."""
+
+        def done(obj: Obj) -> bool:
+            state = readiness.claim_readiness(obj)
+            if state.failure is not None:
+                raise state.failure
+            return state.ready
+
+        return self._wait(
+            SANDBOX_CLAIMS,
+            name,
+            namespace=self._ns(namespace),
+            timeout=timeout,
+            done=done,
+            what="Ready",
+        )
+
+    def delete_claim(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        wait: bool = False,
+        timeout: float = 60.0,
+        missing_ok: bool = False,
+    ) -> None:
+        """Delete a SandboxClaim (the controller removes its Sandbox)."""
+        self._delete(
+            SANDBOX_CLAIMS,
+            name,
+            namespace=self._ns(namespace),
+            missing_ok=missing_ok,
+            wait=wait,
+            timeout=timeout,
+        )
