@@ -40,7 +40,7 @@ from benchlib.report import BenchResult, at_most
 from benchlib.shapes import sandbox_manifest
 from benchlib.stats import ratio
 from benchlib.tracker import SandboxTracker
-from kube_agent_sandbox.controller.sandbox.resources import SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.testing.access import find_kubectl
 
 CLI = "agent-sandbox list"
