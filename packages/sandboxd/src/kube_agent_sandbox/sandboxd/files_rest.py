@@ -24,15 +24,15 @@ from typing import IO, Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
-from kube_agent_sandbox.sandboxd import metadata as file_metadata
-from kube_agent_sandbox.sandboxd.filesystem_service import chown, make_dirs
-from kube_agent_sandbox.sandboxd.multipart import (
+from kube_agent_sandbox.sandboxd import file_metadata
+from kube_agent_sandbox.sandboxd.filesystem_rpc import chown, make_dirs
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
+from kube_agent_sandbox.sandboxd.multipart_parser import (
     MultipartError,
     MultipartParser,
     PartHeaders,
     boundary_of,
 )
-from kube_agent_sandbox.sandboxd.state import DaemonState
 from kube_agent_sandbox.sandboxd.users import (
     BadPathError,
     UnknownUserError,
