@@ -45,11 +45,7 @@ CACHE_CATCH_UP_SECONDS = 2.0
 
 def sign_of_life(state: GatewayState, record: SandboxRecord) -> None:
     """Tell idle shutdown that a client just used the sandbox (set-timeout, connect)."""
-    keepalive = getattr(state.activity, "keepalive", None)
-    if keepalive is not None:
-        keepalive(record)
-    else:
-        state.activity.request_started(record)
+    state.activity.keepalive(record)
 
 
 async def set_deadline(

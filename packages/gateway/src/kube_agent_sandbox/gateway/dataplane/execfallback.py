@@ -27,6 +27,7 @@ import logging
 import posixpath
 import zlib
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -34,18 +35,19 @@ from starlette.responses import Response
 
 from kube_agent_sandbox.controller.runtime.config import ClusterConfig
 from kube_agent_sandbox.gateway.dataplane import execscripts as scripts
+from kube_agent_sandbox.gateway.dataplane.interfaces import (
+    CommandOutput,
+    CommandStream,
+    PodCommands,
+    Record,
+)
 from kube_agent_sandbox.gateway.dataplane.multipart import (
     MultipartError,
     PartStart,
     boundary_of,
     parts,
 )
-from kube_agent_sandbox.gateway.dataplane.podexec import (
-    ExecStream,
-    PodExec,
-    PodExecError,
-    container_of,
-)
+from kube_agent_sandbox.gateway.dataplane.podexec import PodExec, PodExecError, container_of
 from kube_agent_sandbox.gateway.dataplane.proxy import Receive, Scope, Send
 from kube_agent_sandbox.sdk import execproto
 
@@ -160,12 +162,16 @@ class ExecFallback:
     """Serves envd's calls for pods without a daemon.
 
     Args:
-        api: the gateway's Kubernetes client (its ``config`` says where and how to connect).
-        pod_exec: the exec opener (tests pass their own).
+        config: where the apiserver is and how to authenticate (the gateway's own client's).
+        pod_exec: the exec opener (tests pass their own); built from ``config`` when omitted.
+
+    Raises:
+        ValueError: without ``config`` and without ``pod_exec``.
     """
 
-    def __init__(self, api: Any, *, pod_exec: Any = None) -> None:
-        config: ClusterConfig | None = getattr(api, "config", None)
+    def __init__(
+        self, config: ClusterConfig | None, *, pod_exec: PodCommands | None = None
+    ) -> None:
         if pod_exec is None:
             if config is None:
                 raise ValueError("the exec fallback needs a client with a cluster config")
@@ -182,7 +188,7 @@ class ExecFallback:
         receive: Receive,
         send: Send,
         *,
-        record: Any,
+        record: Record,
         on_stream: Callable[[bool], None] | None = None,
     ) -> None:
         """Answer one envd request for ``record``'s pod."""
@@ -412,20 +418,24 @@ class ExecFallback:
 class _Target:
     """One pod's container, where the fallback's commands run."""
 
-    def __init__(self, pod_exec: Any, *, namespace: str, pod: str, container: str | None) -> None:
+    def __init__(
+        self, pod_exec: PodCommands, *, namespace: str, pod: str, container: str | None
+    ) -> None:
         self.pod_exec = pod_exec
         self.namespace = namespace
         self.pod = pod
         self.container = container
 
-    def open(self, argv: list[str], *, stdin: bool = False) -> Any:
+    def open(
+        self, argv: list[str], *, stdin: bool = False
+    ) -> AbstractAsyncContextManager[CommandStream]:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
         return self.pod_exec.open(
             self.namespace, self.pod, argv, container=self.container, stdin=stdin
         )
 
-    async def run(self, argv: list[str]) -> Any:
+    async def run(self, argv: list[str]) -> CommandOutput:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
         return await self.pod_exec.run(self.namespace, self.pod, argv, container=self.container)
@@ -434,7 +444,12 @@ class _Target:
 class _Upload:
     """One file being written with ``cat > file`` (stdin streamed, closed at the end)."""
 
-    def __init__(self, path: str, context: Any, stream: ExecStream) -> None:
+    def __init__(
+        self,
+        path: str,
+        context: AbstractAsyncContextManager[CommandStream],
+        stream: CommandStream,
+    ) -> None:
         self.path = path
         self._context = context
         self._stream = stream
@@ -488,7 +503,7 @@ class _Upload:
 
 
 async def _relay_process(
-    stream: ExecStream, receive: Receive, send: Send, *, interval: float, target: _Target
+    stream: CommandStream, receive: Receive, send: Send, *, interval: float, target: _Target
 ) -> None:
     pid_prefix = execproto.PidPrefix()
     started = False
