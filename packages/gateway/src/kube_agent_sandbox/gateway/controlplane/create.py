@@ -234,7 +234,7 @@ def claim_manifest(
 
 
 def policy_annotations(spec: CreateRequest, *, now: datetime) -> dict[str, str]:
-    """The idle-shutdown policy of a create (§7.3 of the design)."""
+    """The idle-shutdown policy of a create (``docs/guides/idle-shutdown.md``, "The policy")."""
     out: dict[str, str] = {}
     if spec.auto_pause:
         out[c.ANNOTATION_PAUSE_AT] = deadline(now, spec.timeout)
