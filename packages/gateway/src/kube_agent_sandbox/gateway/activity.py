@@ -32,6 +32,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import format_micro_time, lease_body
 from kube_agent_sandbox.controller.goduration import DurationError, parse_go_duration
 from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj
+from kube_agent_sandbox.gateway.dataplane.interfaces import AccessTokens, Record, SandboxLookup
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord
 from kube_agent_sandbox.gateway.resources import LEASES
@@ -40,7 +41,6 @@ from kube_agent_sandbox.gateway.tokens import verify
 __all__ = [
     "HEARTBEAT_PATH",
     "MIN_FLUSH_INTERVAL",
-    "ActivityRecord",
     "ActivityTracker",
     "KeepAlive",
     "flush_interval",
@@ -89,20 +89,6 @@ def flush_interval(idle_timeout: float) -> float:
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-class ActivityRecord(Protocol):
-    """What the tracker reads of a sandbox record (``gateway.index.SandboxRecord``)."""
-
-    @property
-    def namespace(self) -> str:
-        """The tenant namespace."""
-        ...
-
-    @property
-    def sandbox(self) -> Obj | None:
-        """The Sandbox (its idle-timeout annotation, name and UID), once bound."""
-        ...
 
 
 class KeepAlive(Protocol):
@@ -169,7 +155,7 @@ class ActivityTracker:
         """Lease writes that failed (retried at the sandbox's next interval)."""
 
     # -- signals (called on the request path: memory only) ------------------------------------
-    def _entry(self, record: ActivityRecord) -> _Entry | None:
+    def _entry(self, record: Record) -> _Entry | None:
         sandbox = record.sandbox
         idle = idle_timeout_of(sandbox)
         if sandbox is None or idle is None:
@@ -185,7 +171,7 @@ class ActivityTracker:
             entry.idle = idle
         return entry
 
-    def _mark(self, record: ActivityRecord, *, streams: int = 0) -> None:
+    def _mark(self, record: Record, *, streams: int = 0) -> None:
         entry = self._entry(record)
         if entry is None:
             return
@@ -193,19 +179,19 @@ class ActivityTracker:
         entry.last_seen = self._wall()
         entry.open_streams = max(0, entry.open_streams + streams)
 
-    def request_started(self, record: ActivityRecord) -> None:
+    def request_started(self, record: Record) -> None:
         """A request for the sandbox arrived."""
         self._mark(record)
 
-    def stream_opened(self, record: ActivityRecord) -> None:
+    def stream_opened(self, record: Record) -> None:
         """A long-lived stream to the sandbox opened: active until it closes."""
         self._mark(record, streams=1)
 
-    def stream_closed(self, record: ActivityRecord) -> None:
+    def stream_closed(self, record: Record) -> None:
         """A stream opened with :meth:`stream_opened` closed (the close is activity too)."""
         self._mark(record, streams=-1)
 
-    def keepalive(self, record: ActivityRecord) -> None:
+    def keepalive(self, record: Record) -> None:
         """An explicit sign of life (sandboxd heartbeat, E2B set_timeout or connect)."""
         self._mark(record)
 
@@ -369,32 +355,16 @@ async def renew_lease(
     raise RuntimeError(f"heartbeat Lease {namespace}/{name}: too many conflicts")
 
 
-class HeartbeatLookup(Protocol):
-    """Sandbox lookups by id (``gateway.index.SandboxIndex``)."""
-
-    def lookup(self, sandbox_id: str) -> SandboxRecord | None:
-        """The sandbox of ``sandbox_id``, or None."""
-        ...
-
-
-class EnvdTokens(Protocol):
-    """The envd access token of a claim (``gateway.tokens.Tokens``)."""
-
-    def envd_access_token(self, claim_uid: str) -> str:
-        """The token the sandbox's daemon requires."""
-        ...
-
-
 class HeartbeatState(Protocol):
     """What the heartbeat route uses of the gateway state."""
 
     @property
-    def index(self) -> HeartbeatLookup:
+    def index(self) -> SandboxLookup[SandboxRecord]:
         """The sandbox index."""
         ...
 
     @property
-    def tokens(self) -> EnvdTokens:
+    def tokens(self) -> AccessTokens:
         """The token issuer."""
         ...
 

@@ -22,7 +22,7 @@ from kube_agent_sandbox.api.heartbeat import parse_micro_time
 from kube_agent_sandbox.controller.runtime.types import ApiError, Client, Obj
 from kube_agent_sandbox.gateway.activity import KeepAlive
 from kube_agent_sandbox.gateway.annotations import ANNOTATION_TIMEOUT
-from kube_agent_sandbox.gateway.index import SandboxRecord
+from kube_agent_sandbox.gateway.index import SandboxIndex, SandboxRecord
 from kube_agent_sandbox.gateway.resources import SANDBOX_CLAIMS, SANDBOXES
 
 __all__ = [
@@ -67,21 +67,6 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class ReadyWait(Protocol):
-    """Waits on the index caches (``gateway.index.SandboxIndex.wait_for``)."""
-
-    async def wait_for(
-        self,
-        sandbox_id: str,
-        predicate: Callable[[SandboxRecord | None], bool],
-        *,
-        namespace: str | None = None,
-        within: float,
-    ) -> SandboxRecord | None:
-        """The first record ``predicate`` accepts; TimeoutError after ``within`` seconds."""
-        ...
-
-
 class TimeoutOptions(Protocol):
     """The gateway setting a resume reads (``gateway.config.GatewayOptions``)."""
 
@@ -100,8 +85,8 @@ class ResumerState(Protocol):
         ...
 
     @property
-    def index(self) -> ReadyWait:
-        """The sandbox index."""
+    def index(self) -> SandboxIndex:
+        """The sandbox index (the resumer waits on it for Ready)."""
         ...
 
     @property
