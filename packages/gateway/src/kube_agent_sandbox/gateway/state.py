@@ -39,7 +39,7 @@ from kube_agent_sandbox.controller.runtime.types import ListWatcher
 from kube_agent_sandbox.gateway.activity import ActivityTracker
 from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions
-from kube_agent_sandbox.gateway.envd import ENVD_PORT, init_daemon
+from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
 from kube_agent_sandbox.gateway.resources import (
