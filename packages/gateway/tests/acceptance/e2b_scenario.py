@@ -4,8 +4,9 @@ This program imports nothing of this project, only ``e2b`` (and ``e2b_code_inter
 the code-interpreter part), so it runs unchanged in any virtualenv that has a release of the
 real SDK installed: the workspace's newest release and an older one in a venv of its own. It
 reads the client configuration the way users set it (``E2B_API_URL``, ``E2B_SANDBOX_URL`` or
-``E2B_DOMAIN``, ``E2B_API_KEY``), runs the wire sequence of GATEWAY.md section 4.3 plus
-``run_code`` (section 4.4), and prints ONE JSON object on stdout: what each step observed (the
+``E2B_DOMAIN``, ``E2B_API_KEY``), runs what ``docs/guides/gateway.md`` shows a client doing
+(create, ``commands.run``, files, info, timeout, list, kill) plus the code interpreter's
+``run_code``, and prints ONE JSON object on stdout: what each step observed (the
 values, not a verdict: the pytest module asserts them) and timings.
 
 Every step records its own error instead of stopping the run, so one broken call does not hide

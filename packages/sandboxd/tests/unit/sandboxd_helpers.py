@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from kube_agent_sandbox.sandboxd.app import build_app
-from kube_agent_sandbox.sandboxd.state import DaemonState
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
 
 
 def make_client(state: DaemonState | None = None) -> httpx.AsyncClient:

@@ -9,44 +9,44 @@ import struct
 
 import pytest
 
-from kube_agent_sandbox.sandboxd import connect, multipart, users
-from kube_agent_sandbox.sandboxd.processes import build_env, exit_description
+from kube_agent_sandbox.sandboxd import connect_codec, multipart_parser, users
+from kube_agent_sandbox.sandboxd.process_manager import build_env, exit_description
 
 # --- Connect codec -----------------------------------------------------------------------------
 
 
 def test_envelope_layout_is_flag_length_json() -> None:
-    data = connect.encode_envelope({"event": {"start": {"pid": 7}}})
+    data = connect_codec.encode_envelope({"event": {"start": {"pid": 7}}})
     flags, length = struct.unpack(">BI", data[:5])
     assert flags == 0
     assert length == len(data) - 5
     assert json.loads(data[5:]) == {"event": {"start": {"pid": 7}}}
-    end = connect.encode_envelope({}, end=True)
+    end = connect_codec.encode_envelope({}, end=True)
     assert end == b"\x02\x00\x00\x00\x02{}"
 
 
 def test_decode_envelopes_round_trip_and_truncation() -> None:
-    body = connect.encode_envelope({"a": 1}) + connect.encode_envelope({}, end=True)
-    assert connect.decode_envelopes(body) == [(0, b'{"a":1}'), (2, b"{}")]
-    assert connect.decode_envelopes(b"") == []
+    body = connect_codec.encode_envelope({"a": 1}) + connect_codec.encode_envelope({}, end=True)
+    assert connect_codec.decode_envelopes(body) == [(0, b'{"a":1}'), (2, b"{}")]
+    assert connect_codec.decode_envelopes(b"") == []
     for cut in (1, 4, 6, len(body) - 1):
-        if cut == len(connect.encode_envelope({"a": 1})):
+        if cut == len(connect_codec.encode_envelope({"a": 1})):
             continue
-        with pytest.raises(connect.ConnectError) as caught:
-            connect.decode_envelopes(body[:cut])
-        assert caught.value.code is connect.Code.INVALID_ARGUMENT
+        with pytest.raises(connect_codec.ConnectError) as caught:
+            connect_codec.decode_envelopes(body[:cut])
+        assert caught.value.code is connect_codec.Code.INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize("raw", [b"{", b"[]", b"1", b'"s"', b"\xff"])
 def test_parse_json_message_rejects_non_objects(raw: bytes) -> None:
-    with pytest.raises(connect.ConnectError) as caught:
-        connect.parse_json_message(raw)
-    assert caught.value.code is connect.Code.INVALID_ARGUMENT
+    with pytest.raises(connect_codec.ConnectError) as caught:
+        connect_codec.parse_json_message(raw)
+    assert caught.value.code is connect_codec.Code.INVALID_ARGUMENT
 
 
 def test_empty_body_is_an_empty_message() -> None:
-    assert connect.parse_json_message(b"") == {}
-    assert connect.parse_json_message(b"  ") == {}
+    assert connect_codec.parse_json_message(b"") == {}
+    assert connect_codec.parse_json_message(b"  ") == {}
 
 
 def test_codes_map_to_the_connect_http_statuses() -> None:
@@ -62,45 +62,48 @@ def test_codes_map_to_the_connect_http_statuses() -> None:
         "unavailable": 503,
         "internal": 500,
     }
-    actual = {code.wire_name: code.http_status for code in connect.Code}
+    actual = {code.wire_name: code.http_status for code in connect_codec.Code}
     for name, status in expected.items():
         assert actual[name] == status
-    error = connect.ConnectError(connect.Code.NOT_FOUND, "gone")
+    error = connect_codec.ConnectError(connect_codec.Code.NOT_FOUND, "gone")
     assert error.to_json() == {"code": "not_found", "message": "gone"}
 
 
 def test_bytes_fields_accept_standard_and_url_safe_base64() -> None:
     raw = bytes(range(256))
-    assert connect.b64decode(connect.b64encode(raw), field="f") == raw
-    assert connect.b64decode(base64.urlsafe_b64encode(raw).decode().rstrip("="), field="f") == raw
-    assert connect.b64decode(None, field="f") == b""
+    assert connect_codec.b64decode(connect_codec.b64encode(raw), field="f") == raw
+    assert (
+        connect_codec.b64decode(base64.urlsafe_b64encode(raw).decode().rstrip("="), field="f")
+        == raw
+    )
+    assert connect_codec.b64decode(None, field="f") == b""
     for bad in ("***", 5, "a"):
-        with pytest.raises(connect.ConnectError):
-            connect.b64decode(bad, field="f")
+        with pytest.raises(connect_codec.ConnectError):
+            connect_codec.b64decode(bad, field="f")
 
 
 def test_field_readers_follow_proto3_json() -> None:
     message = {"n": "42", "f": 3.0, "b": True, "s": "x", "l": ["a"], "m": {"k": "v"}}
-    assert connect.get_int(message, "n") == 42  # int64 arrives as a string
-    assert connect.get_int(message, "f") == 3
-    assert connect.get_int(message, "absent", default=5) == 5
-    assert connect.get_bool(message, "b") is True
-    assert connect.get_str(message, "s") == "x"
-    assert connect.get_str_list(message, "l") == ["a"]
-    assert connect.get_str_map(message, "m") == {"k": "v"}
+    assert connect_codec.get_int(message, "n") == 42  # int64 arrives as a string
+    assert connect_codec.get_int(message, "f") == 3
+    assert connect_codec.get_int(message, "absent", default=5) == 5
+    assert connect_codec.get_bool(message, "b") is True
+    assert connect_codec.get_str(message, "s") == "x"
+    assert connect_codec.get_str_list(message, "l") == ["a"]
+    assert connect_codec.get_str_map(message, "m") == {"k": "v"}
     for reader, value in (
-        (connect.get_int, {"x": "nope"}),
-        (connect.get_int, {"x": True}),
-        (connect.get_int, {"x": 1.5}),
-        (connect.get_bool, {"x": "true"}),
-        (connect.get_str, {"x": 1}),
-        (connect.get_str_list, {"x": [1]}),
-        (connect.get_str_map, {"x": {"k": 1}}),
-        (connect.get_object, {"x": []}),
+        (connect_codec.get_int, {"x": "nope"}),
+        (connect_codec.get_int, {"x": True}),
+        (connect_codec.get_int, {"x": 1.5}),
+        (connect_codec.get_bool, {"x": "true"}),
+        (connect_codec.get_str, {"x": 1}),
+        (connect_codec.get_str_list, {"x": [1]}),
+        (connect_codec.get_str_map, {"x": {"k": 1}}),
+        (connect_codec.get_object, {"x": []}),
     ):
-        with pytest.raises(connect.ConnectError) as caught:
+        with pytest.raises(connect_codec.ConnectError) as caught:
             reader(value, "x")
-        assert caught.value.code is connect.Code.INVALID_ARGUMENT
+        assert caught.value.code is connect_codec.Code.INVALID_ARGUMENT
 
 
 # --- multipart -------------------------------------------------------------------------------
@@ -120,16 +123,16 @@ BODY = (
 def _parse(body: bytes, chunk: int) -> list[tuple[str | None, str | None, bytes]]:
     parts: list[tuple[str | None, str | None, bytes]] = []
     data: list[bytes] = []
-    current: list[multipart.PartHeaders] = []
+    current: list[multipart_parser.PartHeaders] = []
 
-    def on_part(headers: multipart.PartHeaders) -> None:
+    def on_part(headers: multipart_parser.PartHeaders) -> None:
         current.append(headers)
         data.clear()
 
     def on_end() -> None:
         parts.append((current[-1].name, current[-1].filename, b"".join(data)))
 
-    parser = multipart.MultipartParser(
+    parser = multipart_parser.MultipartParser(
         b"XyZ", on_part=on_part, on_data=data.append, on_part_end=on_end
     )
     for index in range(0, len(body), chunk):
@@ -156,13 +159,13 @@ def test_multipart_parts_survive_any_chunking(chunk: int) -> None:
     ],
 )
 def test_multipart_malformed_bodies(body: bytes) -> None:
-    with pytest.raises(multipart.MultipartError):
+    with pytest.raises(multipart_parser.MultipartError):
         _parse(body, 4)
 
 
 def test_multipart_header_block_size_is_bounded() -> None:
-    body = b"--XyZ\r\nX-Big: " + b"a" * (multipart.MAX_HEADER_BYTES + 10)
-    with pytest.raises(multipart.MultipartError, match="too large"):
+    body = b"--XyZ\r\nX-Big: " + b"a" * (multipart_parser.MAX_HEADER_BYTES + 10)
+    with pytest.raises(multipart_parser.MultipartError, match="too large"):
         _parse(body, 1024)
 
 
@@ -175,7 +178,7 @@ def test_multipart_header_block_size_is_bounded() -> None:
     ],
 )
 def test_boundary_of(content_type: str, boundary: bytes) -> None:
-    assert multipart.boundary_of(content_type) == boundary
+    assert multipart_parser.boundary_of(content_type) == boundary
 
 
 @pytest.mark.parametrize(
@@ -183,8 +186,8 @@ def test_boundary_of(content_type: str, boundary: bytes) -> None:
     ["application/json", "multipart/form-data", "multipart/form-data; boundary=", "text/plain"],
 )
 def test_boundary_of_rejects(content_type: str) -> None:
-    with pytest.raises(multipart.MultipartError):
-        multipart.boundary_of(content_type)
+    with pytest.raises(multipart_parser.MultipartError):
+        multipart_parser.boundary_of(content_type)
 
 
 # --- users and paths ---------------------------------------------------------------------------

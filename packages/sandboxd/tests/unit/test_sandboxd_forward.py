@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kube_agent_sandbox.sandboxd import forward
+from kube_agent_sandbox.sandboxd import port_forward
 
 TCP_TABLE = """\
   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
@@ -26,13 +26,13 @@ TCP6_TABLE = """\
 
 
 def test_parse_listeners_decodes_proc_net_tcp() -> None:
-    assert forward.parse_listeners(TCP_TABLE) == [
+    assert port_forward.parse_listeners(TCP_TABLE) == [
         ("127.0.0.1", 8080),
         ("0.0.0.0", 22),
         ("10.0.0.10", 8081),
         ("127.0.0.1", 8081),
     ]
-    assert forward.parse_listeners(TCP6_TABLE) == [
+    assert port_forward.parse_listeners(TCP6_TABLE) == [
         ("::1", 8082),
         ("127.0.0.1", 8083),  # IPv4-mapped
         ("::", 8084),
@@ -40,10 +40,10 @@ def test_parse_listeners_decodes_proc_net_tcp() -> None:
 
 
 def test_loopback_only_ports() -> None:
-    listeners = forward.parse_listeners(TCP_TABLE) + forward.parse_listeners(TCP6_TABLE)
-    assert forward.loopback_only_ports(listeners) == {8080, 8082, 8083}
+    listeners = port_forward.parse_listeners(TCP_TABLE) + port_forward.parse_listeners(TCP6_TABLE)
+    assert port_forward.loopback_only_ports(listeners) == {8080, 8082, 8083}
     # The forwarder's own listener on the pod address does not make a port "public".
-    assert forward.loopback_only_ports(listeners, own_addresses=["10.0.0.10"]) == {
+    assert port_forward.loopback_only_ports(listeners, own_addresses=["10.0.0.10"]) == {
         8080,
         8081,
         8082,
@@ -55,12 +55,12 @@ def test_pod_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POD_IP", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("SANDBOXD_FORWARD_ADDRESSES", "10.1.2.3, 10.1.2.4")
-    assert forward.pod_addresses() == ["10.1.2.3", "10.1.2.4"]
+    assert port_forward.pod_addresses() == ["10.1.2.3", "10.1.2.4"]
     monkeypatch.delenv("SANDBOXD_FORWARD_ADDRESSES")
     monkeypatch.setenv("POD_IP", "10.9.9.9")
-    assert forward.pod_addresses() == ["10.9.9.9"]
+    assert port_forward.pod_addresses() == ["10.9.9.9"]
     monkeypatch.delenv("POD_IP")
-    assert forward.pod_addresses() == []  # outside a pod: never guess an interface
+    assert port_forward.pod_addresses() == []  # outside a pod: never guess an interface
 
 
 async def test_forwarder_relays_and_follows_the_service() -> None:
@@ -73,7 +73,7 @@ async def test_forwarder_relays_and_follows_the_service() -> None:
     service = await asyncio.start_server(echo, host="127.0.0.1", port=0)
     port = service.sockets[0].getsockname()[1]
     # 127.0.0.2 stands in for the pod address (any loopback alias works without a pod).
-    forwarder = forward.PortForwarder(["127.0.0.2"], interval=0.1)
+    forwarder = port_forward.PortForwarder(["127.0.0.2"], interval=0.1)
     try:
         await forwarder.sync_once()
         assert port in forwarder.servers
@@ -98,10 +98,10 @@ async def test_excluded_ports_and_no_addresses() -> None:
     service = await asyncio.start_server(lambda r, w: None, host="127.0.0.1", port=0)
     port = service.sockets[0].getsockname()[1]
     try:
-        excluded = forward.PortForwarder(["127.0.0.2"], exclude={port})
+        excluded = port_forward.PortForwarder(["127.0.0.2"], exclude={port})
         await excluded.sync_once()
         assert port not in excluded.servers
-        idle = forward.PortForwarder([])
+        idle = port_forward.PortForwarder([])
         idle.start()  # nothing to do without addresses
         assert idle._task is None
     finally:

@@ -14,7 +14,7 @@ from sandboxd_helpers import start_request, stream
 
 from kube_agent_sandbox.sandboxd.app import build_app
 from kube_agent_sandbox.sandboxd.heartbeat import Heartbeat
-from kube_agent_sandbox.sandboxd.state import DaemonState
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
 
 
 class _Receiver:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sandboxd_helpers import make_client, unary
 
-from kube_agent_sandbox.sandboxd.state import DaemonState
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
 
 HOME = os.path.expanduser("~")
 HOSTNAME = Path("/etc/hostname").read_bytes()
@@ -372,12 +372,12 @@ async def test_metadata_headers_are_validated(tmp_path: Path) -> None:
 async def test_no_space_is_507(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from kube_agent_sandbox.sandboxd import files_api
+    from kube_agent_sandbox.sandboxd import files_rest
 
     def full(self: object, data: bytes) -> None:
-        raise files_api._os_error(OSError(errno.ENOSPC, "No space left on device"), "/x")
+        raise files_rest._os_error(OSError(errno.ENOSPC, "No space left on device"), "/x")
 
-    monkeypatch.setattr(files_api._Target, "write", full)
+    monkeypatch.setattr(files_rest._Target, "write", full)
     async with make_client() as client:
         response = await client.post(
             "/files",

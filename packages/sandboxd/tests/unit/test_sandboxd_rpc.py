@@ -20,7 +20,7 @@ from sandboxd_helpers import (
     unframe,
 )
 
-from kube_agent_sandbox.sandboxd.state import DaemonState
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
 
 # --- protocol errors ---------------------------------------------------------------------------
 
@@ -630,7 +630,7 @@ async def test_polled_watcher_lifecycle_and_errors(tmp_path: Path) -> None:
 async def test_unexpected_handler_failures_are_internal_errors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kube_agent_sandbox.sandboxd import filesystem_service, process_service
+    from kube_agent_sandbox.sandboxd import filesystem_rpc, process_rpc
 
     def broken(path: str) -> dict[str, object]:
         raise RuntimeError("disk on fire")
@@ -638,8 +638,8 @@ async def test_unexpected_handler_failures_are_internal_errors(
     def broken_env(**kwargs: object) -> dict[str, str]:
         raise RuntimeError("no env")
 
-    monkeypatch.setattr(filesystem_service, "entry_info", broken)
-    monkeypatch.setattr(process_service, "build_env", broken_env)
+    monkeypatch.setattr(filesystem_rpc, "entry_info", broken)
+    monkeypatch.setattr(process_rpc, "build_env", broken_env)
     async with make_client() as client:
         unary_response = await unary(client, "filesystem.Filesystem/Stat", {"path": "/"})
         _r, frames = await stream(client, "process.Process/Start", start_request("true"))

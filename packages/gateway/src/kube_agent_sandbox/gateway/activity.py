@@ -22,7 +22,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,13 +33,16 @@ from kube_agent_sandbox.api.heartbeat import format_micro_time, lease_body
 from kube_agent_sandbox.api.rest import LEASES
 from kube_agent_sandbox.controller.goduration import DurationError, parse_go_duration
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
+from kube_agent_sandbox.gateway.dataplane.interfaces import AccessTokens, Record, SandboxLookup
 from kube_agent_sandbox.gateway.errors import e2b_error
+from kube_agent_sandbox.gateway.index import SandboxRecord
 from kube_agent_sandbox.gateway.tokens import verify
 
 __all__ = [
     "HEARTBEAT_PATH",
     "MIN_FLUSH_INTERVAL",
     "ActivityTracker",
+    "KeepAlive",
     "flush_interval",
     "heartbeat_route",
     "holder_identity",
@@ -88,6 +91,23 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+class KeepAlive(Protocol):
+    """Receives explicit signs of life (:meth:`ActivityTracker.keepalive`)."""
+
+    def keepalive(self, record: SandboxRecord) -> None:
+        """The sandbox was used: renew its heartbeat Lease at the next flush."""
+        ...
+
+
+class ApiSource(Protocol):
+    """Where the tracker finds its Kubernetes client (the gateway state, once started)."""
+
+    @property
+    def api(self) -> Client:
+        """The Kubernetes client."""
+        ...
+
+
 @dataclass
 class _Entry:
     """What the tracker knows about one sandbox."""
@@ -115,7 +135,7 @@ class ActivityTracker:
 
     def __init__(
         self,
-        state: Any = None,
+        state: ApiSource | None = None,
         *,
         client: Client | None = None,
         holder: str | None = None,
@@ -135,8 +155,8 @@ class ActivityTracker:
         """Lease writes that failed (retried at the sandbox's next interval)."""
 
     # -- signals (called on the request path: memory only) ------------------------------------
-    def _entry(self, record: Any) -> _Entry | None:
-        sandbox = getattr(record, "sandbox", None)
+    def _entry(self, record: Record) -> _Entry | None:
+        sandbox = record.sandbox
         idle = idle_timeout_of(sandbox)
         if sandbox is None or idle is None:
             return None
@@ -151,7 +171,7 @@ class ActivityTracker:
             entry.idle = idle
         return entry
 
-    def _mark(self, record: Any, *, streams: int = 0) -> None:
+    def _mark(self, record: Record, *, streams: int = 0) -> None:
         entry = self._entry(record)
         if entry is None:
             return
@@ -159,19 +179,19 @@ class ActivityTracker:
         entry.last_seen = self._wall()
         entry.open_streams = max(0, entry.open_streams + streams)
 
-    def request_started(self, record: Any) -> None:
+    def request_started(self, record: Record) -> None:
         """A request for the sandbox arrived."""
         self._mark(record)
 
-    def stream_opened(self, record: Any) -> None:
+    def stream_opened(self, record: Record) -> None:
         """A long-lived stream to the sandbox opened: active until it closes."""
         self._mark(record, streams=1)
 
-    def stream_closed(self, record: Any) -> None:
+    def stream_closed(self, record: Record) -> None:
         """A stream opened with :meth:`stream_opened` closed (the close is activity too)."""
         self._mark(record, streams=-1)
 
-    def keepalive(self, record: Any) -> None:
+    def keepalive(self, record: Record) -> None:
         """An explicit sign of life (sandboxd heartbeat, E2B set_timeout or connect)."""
         self._mark(record)
 
@@ -226,8 +246,9 @@ class ActivityTracker:
     def _api(self) -> Client:
         if self._client is not None:
             return self._client
-        api: Client = self._state.api
-        return api
+        if self._state is None:
+            raise RuntimeError("the activity tracker has neither a client nor a state")
+        return self._state.api
 
     async def _renew(self, key: tuple[str, str], entry: _Entry) -> bool:
         entry.last_flush = self._clock()
@@ -334,7 +355,26 @@ async def renew_lease(
     raise RuntimeError(f"heartbeat Lease {namespace}/{name}: too many conflicts")
 
 
-def heartbeat_route(state: Any) -> Route:
+class HeartbeatState(Protocol):
+    """What the heartbeat route uses of the gateway state."""
+
+    @property
+    def index(self) -> SandboxLookup[SandboxRecord]:
+        """The sandbox index."""
+        ...
+
+    @property
+    def tokens(self) -> AccessTokens:
+        """The token issuer."""
+        ...
+
+    @property
+    def activity(self) -> KeepAlive:
+        """Activity accounting."""
+        ...
+
+
+def heartbeat_route(state: HeartbeatState) -> Route:
     """``POST /_gateway/heartbeat``: sandboxd reports that processes it started still run.
 
     Authenticated like envd itself: ``X-Access-Token`` must be the sandbox's envd access token
@@ -352,9 +392,7 @@ def heartbeat_route(state: Any) -> Route:
         expected = state.tokens.envd_access_token(record.claim_uid) if record else ""
         if record is None or not token or not verify(token, expected):
             return e2b_error(401, "Invalid or missing access token")
-        keepalive = getattr(state.activity, "keepalive", None)
-        if keepalive is not None:
-            keepalive(record)
+        state.activity.keepalive(record)
         return Response(status_code=204)
 
     return Route(HEARTBEAT_PATH, heartbeat, methods=["POST"])

@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
+from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 from kube_agent_sandbox.gateway.dataplane.target import TargetError, host_name, names_a_sandbox
 from kube_agent_sandbox.gateway.errors import e2b_error
@@ -119,11 +120,17 @@ class DataPlaneDispatch:
 
 def data_plane_of(state: GatewayState) -> ASGIApp:
     """The data-plane app of ``state``, built on first use (after the state started)."""
-    app = getattr(state, "data_plane", None)
+    app = state.data_plane
     if app is None:
-        app = DataPlane(state)
+        app = DataPlane(state, exec_fallback_factory=lambda: exec_fallback_of(state))
         state.data_plane = app
     return app
+
+
+def exec_fallback_of(state: GatewayState) -> ExecFallback | None:
+    """envd over ``pods/exec`` with the gateway's own credentials; None without a cluster."""
+    config = state.cluster_config
+    return None if config is None else ExecFallback(config)
 
 
 def build_app(state: GatewayState) -> Starlette:
@@ -137,10 +144,9 @@ def build_app(state: GatewayState) -> Starlette:
         finally:
             data_plane = state.data_plane
             state.data_plane = None
-            close = getattr(data_plane, "aclose", None)
-            if close is not None:
+            if isinstance(data_plane, DataPlane):
                 try:
-                    await close()
+                    await data_plane.aclose()
                 except Exception:
                     logger.exception("closing the data plane failed")
             await state.stop()

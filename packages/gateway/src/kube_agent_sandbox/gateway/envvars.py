@@ -1,4 +1,6 @@
-"""A sandbox's ``envVars``, kept for the ``/init`` of every new pod (design §9).
+"""A sandbox's ``envVars``, kept for the ``/init`` of every new pod.
+
+Documented in ``docs/reference/gateway-controlplane.md`` ("Create", step 3).
 
 A create's environment never goes into ``claim.spec.env`` (that forces a cold start) and a
 resumed sandbox gets a new pod whose daemon needs the variables again. They may hold

@@ -15,18 +15,21 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.heartbeat import parse_micro_time
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
-from kube_agent_sandbox.controller.runtime import ApiError, Obj
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
+from kube_agent_sandbox.gateway.activity import KeepAlive
 from kube_agent_sandbox.gateway.annotations import ANNOTATION_TIMEOUT
+from kube_agent_sandbox.gateway.index import SandboxIndex, SandboxRecord
 
 __all__ = [
     "RESUMABLE_BY",
     "NotResumable",
     "Resumer",
+    "ResumerState",
     "auto_resumable",
 ]
 
@@ -64,6 +67,43 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+class TimeoutOptions(Protocol):
+    """The gateway setting a resume reads (``gateway.config.GatewayOptions``)."""
+
+    @property
+    def default_timeout_seconds(self) -> int:
+        """The E2B timeout of a sandbox created without one."""
+        ...
+
+
+class ResumerState(Protocol):
+    """What the resumer uses of the gateway state (``gateway.state.GatewayState``)."""
+
+    @property
+    def api(self) -> Client:
+        """The Kubernetes client (patch and get of Sandboxes and claims)."""
+        ...
+
+    @property
+    def index(self) -> SandboxIndex:
+        """The sandbox index (the resumer waits on it for Ready)."""
+        ...
+
+    @property
+    def options(self) -> TimeoutOptions:
+        """The gateway's settings."""
+        ...
+
+    @property
+    def activity(self) -> KeepAlive:
+        """Activity accounting: a resume renews the heartbeat Lease."""
+        ...
+
+    async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str] | None) -> bool:
+        """``POST /init`` to the sandbox's daemon."""
+        ...
+
+
 def _rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -72,15 +112,14 @@ class Resumer:
     """Single-flight resume per sandbox (see the module docstring).
 
     Args:
-        state: The gateway state: ``api``, ``index``, ``options`` (``default_timeout_seconds``),
-            ``init_sandbox`` and ``activity``.
+        state: The gateway state (see :class:`ResumerState`).
         wall: The current UTC time (tests).
         ready_budget: Seconds to wait for the Pod to be Ready.
     """
 
     def __init__(
         self,
-        state: Any,
+        state: ResumerState,
         *,
         wall: Callable[[], dt.datetime] = _utcnow,
         ready_budget: float = READY_BUDGET,
@@ -88,11 +127,11 @@ class Resumer:
         self.state = state
         self._wall = wall
         self.ready_budget = ready_budget
-        self._inflight: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Task[SandboxRecord]] = {}
         self.attempts = 0
         """Resume attempts started (concurrent callers share one)."""
 
-    async def resume(self, record: Any, *, on_traffic: bool = False) -> Any:
+    async def resume(self, record: SandboxRecord, *, on_traffic: bool = False) -> SandboxRecord:
         """Resume ``record``'s sandbox and return its Ready record.
 
         Args:
@@ -120,13 +159,13 @@ class Resumer:
             task.add_done_callback(lambda done: self._done(key, done))
         return await asyncio.shield(task)
 
-    def _done(self, key: tuple[str, str], task: asyncio.Task[Any]) -> None:
+    def _done(self, key: tuple[str, str], task: asyncio.Task[SandboxRecord]) -> None:
         if self._inflight.get(key) is task:
             del self._inflight[key]
         if not task.cancelled() and task.exception() is not None:
             log.info("sandbox %s: resume failed: %s", key[1], task.exception())
 
-    async def _attempt(self, record: Any) -> Any:
+    async def _attempt(self, record: SandboxRecord) -> SandboxRecord:
         await self._set_running(record)
         await self._push_claim_deadline(record)
         fresh = await self.state.index.wait_for(
@@ -138,14 +177,11 @@ class Resumer:
         if fresh is None:
             raise LookupError(f"sandbox {record.sandbox_id} was deleted while resuming")
         await self.state.init_sandbox(fresh, env_vars=None)
-        activity = getattr(self.state, "activity", None)
-        keepalive = getattr(activity, "keepalive", None)
-        if keepalive is not None:
-            keepalive(fresh)
+        self.state.activity.keepalive(fresh)
         log.info("sandbox %s resumed", record.sandbox_id)
         return fresh
 
-    def _timeout_seconds(self, record: Any) -> int:
+    def _timeout_seconds(self, record: SandboxRecord) -> int:
         raw = record.annotations.get(ANNOTATION_TIMEOUT)
         try:
             seconds = int(str(raw))
@@ -153,11 +189,13 @@ class Resumer:
             seconds = 0
         if seconds > 0:
             return seconds
-        return int(getattr(self.state.options, "default_timeout_seconds", 300))
+        return int(self.state.options.default_timeout_seconds)
 
-    async def _set_running(self, record: Any) -> None:
+    async def _set_running(self, record: SandboxRecord) -> None:
         """One patch: Running, no ``suspended-by``, ``pause-at`` moved forward (if set)."""
         sandbox = record.sandbox
+        if sandbox is None:  # checked by resume(); the record is immutable
+            raise LookupError(f"sandbox {record.sandbox_id} has no Sandbox object")
         name = str(sandbox["metadata"]["name"])
         for _ in range(3):
             if _mode(sandbox) != c.OPERATING_MODE_SUSPENDED:
@@ -184,7 +222,7 @@ class Resumer:
             sandbox = await self.state.api.get(SANDBOXES, record.namespace, name)
         raise TimeoutError(f"sandbox {record.sandbox_id}: resume kept conflicting")
 
-    async def _push_claim_deadline(self, record: Any) -> None:
+    async def _push_claim_deadline(self, record: SandboxRecord) -> None:
         """E2B restarts the timeout on resume: move the claim's deadline to now + timeout."""
         later = self._wall() + dt.timedelta(seconds=self._timeout_seconds(record))
         spec = record.claim.get("spec") or {}

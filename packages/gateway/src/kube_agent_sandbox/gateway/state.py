@@ -6,20 +6,24 @@ Sandboxes, sandbox Pods, API-key Secrets, SandboxWarmPools and SandboxTemplates)
 The app's lifespan calls :meth:`start` and :meth:`stop`; tests may pass their own client
 (e.g. ``FakeApi``).
 
+The caches are the controller runtime's: a :class:`~kube_agent_sandbox.controller.runtime.Manager`
+(no leader election, no probe or metrics server: the gateway serves its own ``/health``) owns
+the informers, waits for their first LIST and stops them, as it does in the controller.
+
 Idle shutdown: :attr:`activity` (:class:`~kube_agent_sandbox.gateway.activity.ActivityTracker`,
-the debounced heartbeat Leases) and :attr:`resumer`
-(:class:`~kube_agent_sandbox.gateway.resume.Resumer`, single-flight resume) are started after
-the caches synced and stopped before they stop.
+the debounced heartbeat Leases) runs as one of the manager's runnables, started after the caches
+synced and stopped before they stop; :attr:`resumer`
+(:class:`~kube_agent_sandbox.gateway.resume.Resumer`, single-flight resume) has nothing to run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
+from starlette.types import ASGIApp
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import (
@@ -31,16 +35,19 @@ from kube_agent_sandbox.api.resources import (
 from kube_agent_sandbox.api.rest import PODS, SECRETS
 from kube_agent_sandbox.controller.runtime import (
     ApiClient,
+    CacheSyncTimeout,
     Client,
+    ClusterConfig,
     EventHandler,
     Informer,
     ListWatcher,
+    Manager,
     load_config,
 )
 from kube_agent_sandbox.gateway.activity import ActivityTracker
 from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions
-from kube_agent_sandbox.gateway.envd import ENVD_PORT, init_daemon
+from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
 from kube_agent_sandbox.gateway.resume import Resumer
@@ -54,35 +61,11 @@ HEARTBEAT_PATH = "/_gateway/heartbeat"
 
 
 class NotStarted(RuntimeError, AttributeError):
-    """The state is used before :meth:`GatewayState.start` (``getattr(..., None)`` sees None)."""
+    """The state is used before :meth:`GatewayState.start`."""
 
 
 class GatewayClient(Client, ListWatcher, Protocol):
     """What the gateway needs of its client: writes plus list/watch (for the informers)."""
-
-
-class Activity(Protocol):
-    """Activity signals the data plane reports (idle shutdown renews Leases from them)."""
-
-    def request_started(self, record: SandboxRecord) -> None:
-        """A request for the sandbox arrived."""
-        ...
-
-    def stream_opened(self, record: SandboxRecord) -> None:
-        """A long-lived stream to the sandbox opened."""
-        ...
-
-    def stream_closed(self, record: SandboxRecord) -> None:
-        """A stream opened with :meth:`stream_opened` closed."""
-        ...
-
-
-class Resume(Protocol):
-    """Brings a suspended sandbox back (single-flight per sandbox in the real one)."""
-
-    async def resume(self, record: SandboxRecord) -> SandboxRecord:
-        """Resume, wait until Ready, re-init the daemon; returns the fresh record."""
-        ...
 
 
 class GatewayState:
@@ -112,12 +95,13 @@ class GatewayState:
         self.resumer = Resumer(self)
         self.creates: dict[tuple[str, str], asyncio.Future[str]] = {}
         """In-flight creates by ``(namespace, Idempotency-Key)`` -> future of the sandbox id."""
-        self._helpers: list[Any] = [self.activity, self.resumer]
         self.http: httpx.AsyncClient | None = None
         """The HTTP client of the gateway's own calls to daemons (``/init``)."""
-        self.data_plane: Any = None
+        self.data_plane: ASGIApp | None = None
         """The data-plane ASGI app, built by the app on first use."""
         self.started = False
+        self._manager: Manager | None = None
+        self._manager_run: asyncio.Task[None] | None = None
 
     # -- accessors (valid after start) ------------------------------------------------------
     @property
@@ -142,6 +126,11 @@ class GatewayState:
         return self._tenants
 
     @property
+    def cluster_config(self) -> ClusterConfig | None:
+        """Where the apiserver is and how to authenticate; None for a client without one."""
+        return self._api.config if isinstance(self._api, ApiClient) else None
+
+    @property
     def heartbeat_url(self) -> str | None:
         """The URL sandboxd posts heartbeats to, when the gateway knows its own URL."""
         if not self.options.public_url:
@@ -149,19 +138,17 @@ class GatewayState:
         return self.options.public_url.rstrip("/") + HEARTBEAT_PATH
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _build_informers(self, api: GatewayClient) -> None:
-        ns = self.options.namespace
-        claims = Informer(
-            api, SANDBOX_CLAIMS, namespace=ns, label_selector=f"{LABEL_GATEWAY_SANDBOX}=true"
-        )
+    def _build_informers(self, manager: Manager) -> None:
+        """The manager's informers (in the manager's namespace) and the index over them."""
+        claims = manager.informer(SANDBOX_CLAIMS, label_selector=f"{LABEL_GATEWAY_SANDBOX}=true")
         claims.add_index(NAME_INDEX, name_index)
-        sandboxes = Informer(api, SANDBOXES, namespace=ns)
-        pods = Informer(api, PODS, namespace=ns, label_selector=c.LABEL_SANDBOX_NAME_HASH)
-        secrets = Informer(api, SECRETS, namespace=ns, label_selector=f"{LABEL_API_KEY}=true")
+        sandboxes = manager.informer(SANDBOXES)
+        pods = manager.informer(PODS, label_selector=c.LABEL_SANDBOX_NAME_HASH)
+        secrets = manager.informer(SECRETS, label_selector=f"{LABEL_API_KEY}=true")
         secrets.add_index(KEY_HASH_INDEX, key_hash_index)
         # a create resolves its template from these (no API read on the warm path)
-        warm_pools = Informer(api, SANDBOX_WARM_POOLS, namespace=ns)
-        templates = Informer(api, SANDBOX_TEMPLATES, namespace=ns)
+        warm_pools = manager.informer(SANDBOX_WARM_POOLS)
+        templates = manager.informer(SANDBOX_TEMPLATES)
         self.informers = {
             "claims": claims,
             "sandboxes": sandboxes,
@@ -200,35 +187,36 @@ class GatewayState:
             self._api = ApiClient(
                 config, qps=self.options.kube_api_qps, burst=self.options.kube_api_burst
             )
-        self._build_informers(self._api)
+        manager = Manager(
+            self._api,
+            metrics_bind_address="0",
+            health_bind_address="0",
+            cache_sync_timeout=CACHE_SYNC_TIMEOUT,
+            namespace=self.options.namespace,
+        )
+        self._build_informers(manager)
+        manager.add_runnable(self.activity, needs_leader=True)
         # one client (its TLS context is built once); pods are reached directly, never by proxy
         self.http = httpx.AsyncClient(trust_env=False)
-        for informer in self.informers.values():
-            informer.start()
-        async with asyncio.timeout(CACHE_SYNC_TIMEOUT):
-            await asyncio.gather(*(i.wait_for_sync() for i in self.informers.values()))
-        for helper in self._helpers:
-            start = getattr(helper, "start", None)
-            if start is not None:
-                await start()
+        self._manager = manager
+        self._manager_run = asyncio.create_task(manager.run(), name="gateway-manager")
+        await _until_started(manager, self._manager_run)
         self.started = True
         logger.info("gateway caches synced (namespace: %s)", self.options.namespace or "all")
 
     async def stop(self) -> None:
         """Stop the helpers and the caches; close the client if this state made it."""
-        for helper in reversed(self._helpers):
-            stop = getattr(helper, "stop", None)
-            if stop is not None:
-                try:
-                    await stop()
-                except Exception:
-                    logger.exception("stopping %r failed", helper)
+        manager, run = self._manager, self._manager_run
+        self._manager = self._manager_run = None
+        if manager is not None and run is not None:
+            manager.request_stop()
+            try:
+                await run
+            except Exception:
+                logger.exception("stopping the gateway's caches failed")
         if self.http is not None:
             await self.http.aclose()
             self.http = None
-        for informer in self.informers.values():
-            with contextlib.suppress(Exception):
-                await informer.stop()
         if self._own_api and isinstance(self._api, ApiClient):
             await self._api.close()
             self._api = None
@@ -263,3 +251,24 @@ class GatewayState:
             logger.warning("sandbox %s: daemon /init failed: %s", record.sandbox_id, exc)
             return False
         return True
+
+
+async def _until_started(manager: Manager, run: asyncio.Task[None]) -> None:
+    """Wait until ``manager`` synced its caches and started its runnables.
+
+    Raises:
+        TimeoutError: the caches did not sync in time.
+        RuntimeError: the manager ended before it started.
+    """
+    started = asyncio.ensure_future(manager.controllers_started.wait())
+    try:
+        await asyncio.wait({started, run}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        started.cancel()
+    if manager.controllers_started.is_set():
+        return
+    try:
+        run.result()
+    except CacheSyncTimeout as err:
+        raise TimeoutError(str(err)) from err
+    raise RuntimeError("the gateway's caches stopped before they synced")

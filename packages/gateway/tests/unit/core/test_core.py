@@ -14,7 +14,7 @@ from kube_agent_sandbox.gateway import cli, tenants
 from kube_agent_sandbox.gateway.app import parse_host
 from kube_agent_sandbox.gateway.config import GatewayOptions, parse_listen, parse_port_map
 from kube_agent_sandbox.gateway.controlplane.ids import is_sandbox_id, new_sandbox_id
-from kube_agent_sandbox.gateway.envd import InitError, init_daemon
+from kube_agent_sandbox.gateway.daemon_client import InitError, init_daemon
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret, verify
 

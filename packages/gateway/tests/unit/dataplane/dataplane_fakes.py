@@ -121,7 +121,7 @@ class Resumer:
     delay: float = 0.0
     calls: int = 0
 
-    async def resume(self, record: Record) -> Record:
+    async def resume(self, record: Record, *, on_traffic: bool = False) -> Record:
         self.calls += 1
         await asyncio.sleep(self.delay)
         fresh = replace(record, ready=True, suspended=False)

@@ -19,12 +19,9 @@ from dataplane_fakes import ENVD_TOKEN, SANDBOX_ID, LocalExec, State, make_recor
 from e2b import AsyncSandbox, CommandExitException, ConnectionConfig, FileType, NotFoundException
 from packaging.version import Version
 
-from kube_agent_sandbox.gateway.dataplane.execfallback import (
-    ExecFallback,
-    envelope,
-    read_envelopes,
-)
+from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.execscripts import parse_listing, start_argv
+from kube_agent_sandbox.gateway.dataplane.execwire import envelope, read_envelopes
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 
 EXEC = {"kube-agent-sandbox.io/envd": "exec"}

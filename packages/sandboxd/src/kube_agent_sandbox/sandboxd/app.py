@@ -25,14 +25,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from kube_agent_sandbox.sandboxd import files_api
-from kube_agent_sandbox.sandboxd.connect import Code, ConnectError, Method, dispatch
-from kube_agent_sandbox.sandboxd.filesystem_service import FilesystemService
-from kube_agent_sandbox.sandboxd.forward import PortForwarder
+from kube_agent_sandbox.sandboxd import files_rest
+from kube_agent_sandbox.sandboxd.connect_codec import Code, ConnectError, Method, dispatch
+from kube_agent_sandbox.sandboxd.filesystem_rpc import FilesystemService
 from kube_agent_sandbox.sandboxd.heartbeat import DEFAULT_INTERVAL_SECONDS, Heartbeat
-from kube_agent_sandbox.sandboxd.process_service import ProcessService
-from kube_agent_sandbox.sandboxd.processes import ProcessManager
-from kube_agent_sandbox.sandboxd.state import ENVD_VERSION, DaemonState
+from kube_agent_sandbox.sandboxd.init_state import ENVD_VERSION, DaemonState
+from kube_agent_sandbox.sandboxd.port_forward import PortForwarder
+from kube_agent_sandbox.sandboxd.process_manager import ProcessManager
+from kube_agent_sandbox.sandboxd.process_rpc import ProcessService
 
 logger = logging.getLogger(__name__)
 
@@ -207,14 +207,14 @@ def build_app(
     async def init(request: Request) -> Response:
         raw = await request.body()
         if len(raw) > MAX_INIT_BYTES:
-            return files_api.api_error(413, "init body too large")
+            return files_rest.api_error(413, "init body too large")
         try:
             body = json.loads(raw) if raw.strip() else {}
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
             _apply_init(state, body)
         except (ValueError, UnicodeDecodeError) as exc:
-            return files_api.api_error(400, f"invalid init request: {exc}")
+            return files_rest.api_error(400, f"invalid init request: {exc}")
         logger.info(
             "initialised: default user %s, %d env vars, heartbeat %s",
             state.default_user,
@@ -224,10 +224,10 @@ def build_app(
         return Response(status_code=204)
 
     async def files_get(request: Request) -> Response:
-        return await files_api.download(request, state)
+        return await files_rest.download(request, state)
 
     async def files_post(request: Request) -> Response:
-        return await files_api.upload(request, state)
+        return await files_rest.upload(request, state)
 
     async def metrics(request: Request) -> Response:
         del request

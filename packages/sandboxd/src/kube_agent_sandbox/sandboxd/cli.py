@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Sequence
 
-from kube_agent_sandbox.sandboxd.state import DEFAULT_USER, DaemonState
+from kube_agent_sandbox.sandboxd.init_state import DEFAULT_USER, DaemonState
 
 DEFAULT_PORT = 49983
 
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn
 
     from kube_agent_sandbox.sandboxd.app import build_app
-    from kube_agent_sandbox.sandboxd.forward import PortForwarder, pod_addresses
+    from kube_agent_sandbox.sandboxd.port_forward import PortForwarder, pod_addresses
 
     args = parse_args(argv)
     logging.basicConfig(

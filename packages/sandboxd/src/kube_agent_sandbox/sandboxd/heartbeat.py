@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from kube_agent_sandbox.sandboxd.state import DaemonState
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,9 @@ initialises the daemon and answers 201.
 
 Failures after which a sandbox may exist answer ``Should-Retry: false`` unless the
 ``Idempotency-Key`` makes a retry safe (the retry then finds and waits on the same claim).
+The steps raise a :class:`CreateFailed` subclass that says what went wrong; the handler turns
+it into the E2B answer with :func:`create_failure_response`, the one table of status, wording
+and retry headers.
 """
 
 from __future__ import annotations
@@ -78,11 +81,71 @@ RETRY_AFTER_SECONDS: Final = 1
 
 
 class CreateFailed(Exception):
-    """A create that ends with an error response."""
+    """A create that ends with an error answer (see :func:`create_failure_response`)."""
 
-    def __init__(self, response: Response) -> None:
-        super().__init__(bytes(response.body).decode(errors="replace"))
-        self.response = response
+
+class TemplateNotFound(CreateFailed):
+    """No warm pool, shadow pool or SandboxTemplate serves the template."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(f"template '{template}' not found")
+
+
+class ClusterRefused(CreateFailed):
+    """The API server refused a write or read of the create.
+
+    Attributes:
+        error: the API error.
+        may_exist: whether a sandbox may exist after it (then a retry is not safe).
+    """
+
+    def __init__(self, error: ApiError, *, may_exist: bool) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.may_exist = may_exist
+
+
+class NoFreeId(CreateFailed):
+    """Every fresh sandbox id picked was taken."""
+
+    def __init__(self) -> None:
+        super().__init__("could not pick a free sandbox id")
+
+
+class StillStarting(CreateFailed):
+    """Not Ready in time, kept: a retry with the same Idempotency-Key resumes the wait."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} is still starting, retry")
+
+
+class NotReadyInTime(CreateFailed):
+    """Not Ready in time; its claim was deleted (``deleted``) or could not be."""
+
+    def __init__(self, sandbox_id: str, *, seconds: float, deleted: bool) -> None:
+        super().__init__(f"sandbox {sandbox_id} did not become ready within {seconds:g} s")
+        self.deleted = deleted
+
+
+class DeletedWhileStarting(CreateFailed):
+    """The claim vanished before it was Ready."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} was deleted while starting")
+
+
+class TemplateFailed(CreateFailed):
+    """The claim's Ready condition reports a failure no wait can fix."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"cannot start the template: {reason}")
+
+
+class JoinedCreateFailed(CreateFailed):
+    """The concurrent create this one joined (same Idempotency-Key) broke off."""
+
+    def __init__(self) -> None:
+        super().__init__("a create with this Idempotency-Key failed, retry")
 
 
 async def resolve_pool(state: GatewayState, namespace: str, template: str) -> str | None:
@@ -170,7 +233,7 @@ def claim_manifest(
 
 
 def policy_annotations(spec: CreateRequest, *, now: datetime) -> dict[str, str]:
-    """The idle-shutdown policy of a create (§7.3 of the design)."""
+    """The idle-shutdown policy of a create (``docs/guides/idle-shutdown.md``, "The policy")."""
     out: dict[str, str] = {}
     if spec.auto_pause:
         out[c.ANNOTATION_PAUSE_AT] = deadline(now, spec.timeout)
@@ -242,32 +305,17 @@ async def _wait_ready(
     except TimeoutError:
         if keep:
             # the same Idempotency-Key resumes this wait; nothing leaks
-            raise CreateFailed(
-                e2b_error(
-                    503,
-                    f"sandbox {sandbox_id} is still starting, retry",
-                    should_retry=True,
-                    retry_after=RETRY_AFTER_SECONDS,
-                )
-            ) from None
+            raise StillStarting(sandbox_id) from None
         deleted = await _delete_quietly(state, namespace, sandbox_id)
-        raise CreateFailed(
-            e2b_error(
-                503,
-                f"sandbox {sandbox_id} did not become ready within "
-                f"{state.options.create_timeout_seconds:g} s",
-                should_retry=deleted,
-                retry_after=RETRY_AFTER_SECONDS if deleted else None,
-            )
+        raise NotReadyInTime(
+            sandbox_id, seconds=state.options.create_timeout_seconds, deleted=deleted
         ) from None
     if record is None:
-        raise CreateFailed(
-            e2b_error(500, f"sandbox {sandbox_id} was deleted while starting", should_retry=False)
-        )
+        raise DeletedWhileStarting(sandbox_id)
     failure = claim_failure(record.claim)
     if failure is not None and not record.ready:
         await _delete_quietly(state, namespace, sandbox_id)
-        raise CreateFailed(e2b_error(400, f"cannot start the template: {failure}"))
+        raise TemplateFailed(failure)
     return record
 
 
@@ -301,12 +349,10 @@ async def _start(
     try:
         pool = await resolve_pool(state, namespace, spec.template_id)
     except ApiError as exc:
-        raise CreateFailed(_api_failure(exc, may_exist=False)) from exc
+        raise ClusterRefused(exc, may_exist=False) from exc
     timer.mark("resolve")
     if pool is None:
-        raise CreateFailed(
-            e2b_error(404, f"template '{spec.template_id}' not found", should_retry=False)
-        )
+        raise TemplateNotFound(spec.template_id)
     now = datetime.now(UTC)
     for _attempt in range(3):
         sandbox_id = new_sandbox_id()
@@ -323,7 +369,7 @@ async def _start(
         except ApiError as exc:
             if exc.already_exists:
                 continue
-            raise CreateFailed(_api_failure(exc, may_exist=False)) from exc
+            raise ClusterRefused(exc, may_exist=False) from exc
         timer.mark("claim")
         if spec.env_vars:
             await store_env(state.api, created, spec.env_vars)
@@ -338,10 +384,32 @@ async def _start(
         record = await _wait_ready(state, sandbox_id, namespace, keep=bool(idempotency_key))
         timer.mark("ready")
         return record
-    raise CreateFailed(e2b_error(500, "could not pick a free sandbox id", should_retry=True))
+    raise NoFreeId
 
 
-def _api_failure(exc: ApiError, *, may_exist: bool) -> Response:
+def create_failure_response(failure: CreateFailed) -> Response:
+    """The E2B answer to a failed create: status, message and retry headers per failure."""
+    message = str(failure)
+    match failure:
+        case TemplateNotFound():
+            return e2b_error(404, message, should_retry=False)
+        case TemplateFailed():
+            return e2b_error(400, message)
+        case StillStarting() | JoinedCreateFailed():
+            return e2b_error(503, message, should_retry=True, retry_after=RETRY_AFTER_SECONDS)
+        case NotReadyInTime(deleted=deleted):
+            retry_after = RETRY_AFTER_SECONDS if deleted else None
+            return e2b_error(503, message, should_retry=deleted, retry_after=retry_after)
+        case DeletedWhileStarting():
+            return e2b_error(500, message, should_retry=False)
+        case NoFreeId():
+            return e2b_error(500, message, should_retry=True)
+        case ClusterRefused(error=error, may_exist=may_exist):
+            return _cluster_refusal(error, may_exist=may_exist)
+    return e2b_error(500, message, should_retry=False)
+
+
+def _cluster_refusal(exc: ApiError, *, may_exist: bool) -> Response:
     if exc.status in (429, 500, 503, 504):
         return e2b_error(
             503,
@@ -375,7 +443,7 @@ async def create_sandbox(request: Request, state: GatewayState) -> Response:
     try:
         record = await _deduplicated(state, tenant, spec, idempotency_key, timer=timer)
     except CreateFailed as failed:
-        return failed.response
+        return create_failure_response(failed)
     ready = timer.elapsed()
     try:
         await copy_policy_to_sandbox(state, record)
@@ -415,14 +483,7 @@ async def _deduplicated(
         except CreateFailed:
             raise
         except Exception as exc:  # the first create broke off: a retry with the key is safe
-            raise CreateFailed(
-                e2b_error(
-                    503,
-                    "a create with this Idempotency-Key failed, retry",
-                    should_retry=True,
-                    retry_after=RETRY_AFTER_SECONDS,
-                )
-            ) from exc
+            raise JoinedCreateFailed from exc
         record = await _wait_ready(state, sandbox_id, tenant.namespace, keep=True)
         timer.mark("ready")
         return record

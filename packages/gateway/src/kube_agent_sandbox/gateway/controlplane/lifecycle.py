@@ -45,11 +45,7 @@ CACHE_CATCH_UP_SECONDS = 2.0
 
 def sign_of_life(state: GatewayState, record: SandboxRecord) -> None:
     """Tell idle shutdown that a client just used the sandbox (set-timeout, connect)."""
-    keepalive = getattr(state.activity, "keepalive", None)
-    if keepalive is not None:
-        keepalive(record)
-    else:
-        state.activity.request_started(record)
+    state.activity.keepalive(record)
 
 
 async def set_deadline(
@@ -98,6 +94,13 @@ async def _cache_caught_up(
         )
 
 
+def cluster_error(exc: ApiError, sandbox_id: str) -> Response:
+    """The answer to a failed write of one sandbox: 404 if it is gone, else 500, no retry."""
+    if exc.not_found:
+        return sandbox_not_found(sandbox_id)
+    return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+
+
 async def connect(request: Request, state: GatewayState) -> Response:
     """``POST /v2/sandboxes/{id}/connect`` and ``POST /sandboxes/{id}/connect``."""
     record, error = tenant_record(request, state)
@@ -133,9 +136,7 @@ async def connect(request: Request, state: GatewayState) -> Response:
             503, f"sandbox {record.sandbox_id} is not ready yet", should_retry=True, retry_after=1
         )
     except ApiError as exc:
-        if exc.not_found:
-            return sandbox_not_found(record.sandbox_id)
-        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+        return cluster_error(exc, record.sandbox_id)
     if resumed:
         try:
             await copy_policy_to_sandbox(state, record)
@@ -163,9 +164,7 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
     try:
         await set_deadline(state, record, timeout, extend_only=False)
     except ApiError as exc:
-        if exc.not_found:
-            return sandbox_not_found(record.sandbox_id)
-        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+        return cluster_error(exc, record.sandbox_id)
     sign_of_life(state, record)
     return Response(status_code=204)
 
@@ -195,9 +194,7 @@ async def pause(request: Request, state: GatewayState) -> Response:
             claim_patch["spec"] = {"lifecycle": None}
         await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, claim_patch)
     except ApiError as exc:
-        if exc.not_found:
-            return sandbox_not_found(record.sandbox_id)
-        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+        return cluster_error(exc, record.sandbox_id)
     logger.info("sandbox %s/%s paused", record.namespace, record.sandbox_id)
     return Response(status_code=204)
 
@@ -210,9 +207,7 @@ async def kill(request: Request, state: GatewayState) -> Response:
     try:
         await state.api.delete(SANDBOX_CLAIMS, record.namespace, record.sandbox_id)
     except ApiError as exc:
-        if exc.not_found:
-            return sandbox_not_found(record.sandbox_id)
-        return e2b_error(500, f"cluster error: {exc.message}", should_retry=False)
+        return cluster_error(exc, record.sandbox_id)
     # The pod outlives the claim for a moment (garbage collection): until the cache has seen
     # the delete, the data plane would still route to it and ``is_running()`` say True.
     await _cache_caught_up(state, record)

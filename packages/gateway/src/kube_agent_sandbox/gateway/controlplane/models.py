@@ -26,7 +26,7 @@ from kube_agent_sandbox.gateway.annotations import (
     RESERVED_METADATA_PREFIX,
 )
 from kube_agent_sandbox.gateway.config import MAX_SANDBOX_TIMEOUT_SECONDS
-from kube_agent_sandbox.gateway.envd import ENVD_VERSION
+from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
 from kube_agent_sandbox.gateway.tokens import Tokens
 

@@ -34,7 +34,7 @@ from kube_agent_sandbox.gateway.controlplane.models import (
     stored_metadata,
     template_id,
 )
-from kube_agent_sandbox.gateway.envd import ENVD_PORT, daemon_metrics
+from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, daemon_metrics
 from kube_agent_sandbox.gateway.errors import bad_request, sandbox_not_found
 from kube_agent_sandbox.gateway.index import SandboxRecord
 from kube_agent_sandbox.gateway.state import GatewayState

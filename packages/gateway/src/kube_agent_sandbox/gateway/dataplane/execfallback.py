@@ -1,7 +1,8 @@
 """envd's surface over ``pods/exec``, for sandboxes whose image has no daemon.
 
 What the E2B SDK needs of envd, answered by running small commands in the sandbox container
-through the Kubernetes exec API (:mod:`.podexec`, scripts in :mod:`.execscripts`):
+through the Kubernetes exec API (:mod:`.podexec`, scripts in :mod:`.execscripts`, answers in
+envd's wire shapes from :mod:`.execwire`):
 
 - ``GET /health`` → 204;
 - ``process.Process/Start`` → ``sh`` starts the command (``bash -l -c ...`` from the SDK),
@@ -26,26 +27,39 @@ import json
 import logging
 import posixpath
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
-from urllib.parse import parse_qs
 
 from starlette.responses import Response
 
 from kube_agent_sandbox.controller.runtime import ClusterConfig
 from kube_agent_sandbox.gateway.dataplane import execscripts as scripts
+from kube_agent_sandbox.gateway.dataplane.execwire import (
+    CONNECT_STATUS,
+    ExecFailure,
+    body_chunks,
+    connect_error,
+    envelope,
+    header,
+    query,
+    read_body,
+    read_envelopes,
+    rest_error,
+)
+from kube_agent_sandbox.gateway.dataplane.interfaces import (
+    CommandOutput,
+    CommandStream,
+    PodCommands,
+    Record,
+)
 from kube_agent_sandbox.gateway.dataplane.multipart import (
     MultipartError,
     PartStart,
     boundary_of,
     parts,
 )
-from kube_agent_sandbox.gateway.dataplane.podexec import (
-    ExecStream,
-    PodExec,
-    PodExecError,
-    container_of,
-)
+from kube_agent_sandbox.gateway.dataplane.podexec import PodExec, PodExecError, container_of
 from kube_agent_sandbox.gateway.dataplane.proxy import Receive, Scope, Send
 from kube_agent_sandbox.sdk import execproto
 
@@ -54,118 +68,22 @@ logger = logging.getLogger(__name__)
 ENVD_VERSION = "0.5.7"
 KEEPALIVE_SECONDS = 50.0
 MAX_RPC_BODY = 1024 * 1024
-_CONNECT_STATUS = {
-    "invalid_argument": 400,
-    "unauthenticated": 401,
-    "permission_denied": 403,
-    "not_found": 404,
-    "already_exists": 409,
-    "internal": 500,
-    "unimplemented": 501,
-    "unavailable": 503,
-}
-
-
-class _Failure(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def connect_error(code: str, message: str) -> Response:
-    """A unary Connect error: HTTP status of the code, ``{"code", "message"}``."""
-    body = json.dumps({"code": code, "message": message}).encode()
-    return Response(body, status_code=_CONNECT_STATUS.get(code, 500), media_type="application/json")
-
-
-def rest_error(status: int, message: str) -> Response:
-    """An envd REST error body ``{"code": <status>, "message"}``."""
-    body = json.dumps({"code": status, "message": message}).encode()
-    return Response(body, status_code=status, media_type="application/json")
-
-
-def envelope(message: dict[str, Any], *, end: bool = False) -> bytes:
-    """One Connect streaming frame carrying ``message`` as JSON."""
-    payload = json.dumps(message, separators=(",", ":")).encode()
-    return (b"\x02" if end else b"\x00") + len(payload).to_bytes(4, "big") + payload
-
-
-def read_envelopes(body: bytes) -> list[dict[str, Any]]:
-    """The JSON messages of a Connect streaming request body.
-
-    Raises:
-        ValueError: on a truncated frame, compressed frame or non-object JSON.
-    """
-    messages: list[dict[str, Any]] = []
-    view = body
-    while view:
-        if len(view) < 5:
-            raise ValueError("truncated Connect frame")
-        flags, size = view[0], int.from_bytes(view[1:5], "big")
-        if flags & 0x01:
-            raise ValueError("compressed Connect frames are not supported")
-        if len(view) < 5 + size:
-            raise ValueError("truncated Connect frame")
-        decoded = json.loads(view[5 : 5 + size] or b"{}")
-        if not isinstance(decoded, dict):
-            raise ValueError("a Connect message must be a JSON object")
-        if not flags & 0x02:
-            messages.append(decoded)
-        view = view[5 + size :]
-    return messages
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Failure("canceled", "client disconnected")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _Failure("invalid_argument", "request body too large")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Failure("canceled", "client disconnected")
-        chunk = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return str(value.decode("latin-1"))
-    return ""
-
-
-def _query(scope: Scope) -> dict[str, list[str]]:
-    raw: bytes = scope.get("query_string", b"")
-    return parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
 
 
 class ExecFallback:
     """Serves envd's calls for pods without a daemon.
 
     Args:
-        api: the gateway's Kubernetes client (its ``config`` says where and how to connect).
-        pod_exec: the exec opener (tests pass their own).
+        config: where the apiserver is and how to authenticate (the gateway's own client's).
+        pod_exec: the exec opener (tests pass their own); built from ``config`` when omitted.
+
+    Raises:
+        ValueError: without ``config`` and without ``pod_exec``.
     """
 
-    def __init__(self, api: Any, *, pod_exec: Any = None) -> None:
-        config: ClusterConfig | None = getattr(api, "config", None)
+    def __init__(
+        self, config: ClusterConfig | None, *, pod_exec: PodCommands | None = None
+    ) -> None:
         if pod_exec is None:
             if config is None:
                 raise ValueError("the exec fallback needs a client with a cluster config")
@@ -182,7 +100,7 @@ class ExecFallback:
         receive: Receive,
         send: Send,
         *,
-        record: Any,
+        record: Record,
         on_stream: Callable[[bool], None] | None = None,
     ) -> None:
         """Answer one envd request for ``record``'s pod."""
@@ -208,7 +126,7 @@ class ExecFallback:
             elif path == "/process.Process/Start" and method == "POST":
                 response = await self._start(target, scope, receive, send, on_stream)
             elif path == "/process.Process/List" and method == "POST":
-                await _read_body(receive, MAX_RPC_BODY)
+                await read_body(receive, MAX_RPC_BODY)
                 response = Response(b"{}", media_type="application/json")
             elif path.startswith("/filesystem.Filesystem/") and method == "POST":
                 response = await self._filesystem(target, path.rsplit("/", 1)[1], receive)
@@ -218,11 +136,11 @@ class ExecFallback:
                 )
             else:
                 response = rest_error(404, f"{path} is not available without sandboxd")
-        except _Failure as failure:
+        except ExecFailure as failure:
             if path.startswith(("/process.", "/filesystem.")):
                 response = connect_error(failure.code, failure.message)
             else:
-                response = rest_error(_CONNECT_STATUS.get(failure.code, 500), failure.message)
+                response = rest_error(CONNECT_STATUS.get(failure.code, 500), failure.message)
         except PodExecError as err:
             logger.warning("exec fallback for %s/%s: %s", target.namespace, target.pod, err)
             response = rest_error(502, f"The sandbox could not be reached: {err}")
@@ -231,7 +149,7 @@ class ExecFallback:
 
     # -- files -------------------------------------------------------------------------------
     async def _read_file(self, target: _Target, scope: Scope, send: Send) -> Response | None:
-        path = (_query(scope).get("path") or [""])[0]
+        path = (query(scope).get("path") or [""])[0]
         if not path:
             return rest_error(400, "missing path")
         async with target.open(scripts.sh(scripts.READ_FILE, path)) as stream:
@@ -264,16 +182,16 @@ class ExecFallback:
         return None
 
     async def _write_files(self, target: _Target, scope: Scope, receive: Receive) -> Response:
-        query_path = (_query(scope).get("path") or [""])[0]
-        content_type = _header(scope, b"content-type")
-        encoding = _header(scope, b"content-encoding").lower()
+        query_path = (query(scope).get("path") or [""])[0]
+        content_type = header(scope, b"content-type")
+        encoding = header(scope, b"content-encoding").lower()
         written: list[dict[str, str]] = []
         if content_type.startswith("multipart/"):
             try:
                 boundary = boundary_of(content_type)
             except MultipartError as err:
                 return rest_error(400, str(err))
-            events = parts(_body_chunks(receive), boundary)
+            events = parts(body_chunks(receive), boundary)
             current: _Upload | None = None
             try:
                 async for event in events:
@@ -303,7 +221,7 @@ class ExecFallback:
             upload = await _Upload.begin(target, query_path)
             try:
                 inflate = zlib.decompressobj(wbits=31) if encoding == "gzip" else None
-                async for chunk in _body_chunks(receive):
+                async for chunk in body_chunks(receive):
                     await upload.write(inflate.decompress(chunk) if inflate else chunk)
                 if inflate is not None:
                     await upload.write(inflate.flush())
@@ -319,7 +237,7 @@ class ExecFallback:
     # -- filesystem --------------------------------------------------------------------------
     async def _filesystem(self, target: _Target, method: str, receive: Receive) -> Response:
         try:
-            request = json.loads(await _read_body(receive, MAX_RPC_BODY) or b"{}")
+            request = json.loads(await read_body(receive, MAX_RPC_BODY) or b"{}")
         except ValueError:
             return connect_error("invalid_argument", "invalid JSON request")
         if not isinstance(request, dict):
@@ -372,10 +290,10 @@ class ExecFallback:
         send: Send,
         on_stream: Callable[[bool], None] | None,
     ) -> Response | None:
-        if not _header(scope, b"content-type").startswith("application/connect+json"):
+        if not header(scope, b"content-type").startswith("application/connect+json"):
             return connect_error("invalid_argument", "Start is a streaming call (connect+json)")
         try:
-            messages = read_envelopes(await _read_body(receive, MAX_RPC_BODY))
+            messages = read_envelopes(await read_body(receive, MAX_RPC_BODY))
             request = messages[0] if messages else {}
             process = request.get("process") or {}
             argv = scripts.start_argv(
@@ -390,7 +308,7 @@ class ExecFallback:
             return connect_error("unimplemented", "PTYs are not available without sandboxd")
         interval = KEEPALIVE_SECONDS
         with contextlib.suppress(ValueError):
-            interval = max(1.0, float(_header(scope, b"keepalive-ping-interval") or interval))
+            interval = max(1.0, float(header(scope, b"keepalive-ping-interval") or interval))
         async with target.open(argv) as stream:
             await send(
                 {
@@ -412,20 +330,24 @@ class ExecFallback:
 class _Target:
     """One pod's container, where the fallback's commands run."""
 
-    def __init__(self, pod_exec: Any, *, namespace: str, pod: str, container: str | None) -> None:
+    def __init__(
+        self, pod_exec: PodCommands, *, namespace: str, pod: str, container: str | None
+    ) -> None:
         self.pod_exec = pod_exec
         self.namespace = namespace
         self.pod = pod
         self.container = container
 
-    def open(self, argv: list[str], *, stdin: bool = False) -> Any:
+    def open(
+        self, argv: list[str], *, stdin: bool = False
+    ) -> AbstractAsyncContextManager[CommandStream]:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
         return self.pod_exec.open(
             self.namespace, self.pod, argv, container=self.container, stdin=stdin
         )
 
-    async def run(self, argv: list[str]) -> Any:
+    async def run(self, argv: list[str]) -> CommandOutput:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
         return await self.pod_exec.run(self.namespace, self.pod, argv, container=self.container)
@@ -434,7 +356,12 @@ class _Target:
 class _Upload:
     """One file being written with ``cat > file`` (stdin streamed, closed at the end)."""
 
-    def __init__(self, path: str, context: Any, stream: ExecStream) -> None:
+    def __init__(
+        self,
+        path: str,
+        context: AbstractAsyncContextManager[CommandStream],
+        stream: CommandStream,
+    ) -> None:
         self.path = path
         self._context = context
         self._stream = stream
@@ -446,7 +373,7 @@ class _Upload:
         stream = await context.__aenter__()
         if not stream.can_close_stdin:
             await context.__aexit__(None, None, None)
-            raise _Failure(
+            raise ExecFailure(
                 "unimplemented", "uploads need the v5 exec protocol (Kubernetes >= 1.30)"
             )
         return cls(path, context, stream)
@@ -469,15 +396,15 @@ class _Upload:
         if code != 0:
             detail = b"".join(err).decode("utf-8", "replace").strip()
             if code == scripts.IS_A_DIRECTORY:
-                raise _Failure("invalid_argument", f"path is a directory: {self.path}")
-            raise _Failure(
+                raise ExecFailure("invalid_argument", f"path is a directory: {self.path}")
+            raise ExecFailure(
                 "internal", f"writing {self.path} failed: {detail or self._stream.failure}"
             )
         lines = b"".join(out).decode("utf-8", "replace").splitlines()
         home = lines[0] if lines and lines[0] else "/"
         written = lines[1].strip() if len(lines) > 1 else ""
         if written != str(self._sent):
-            raise _Failure(
+            raise ExecFailure(
                 "internal", f"writing {self.path}: {written or 'no'} of {self._sent} bytes arrived"
             )
         full = scripts.absolute(self.path, home)
@@ -488,7 +415,7 @@ class _Upload:
 
 
 async def _relay_process(
-    stream: ExecStream, receive: Receive, send: Send, *, interval: float, target: _Target
+    stream: CommandStream, receive: Receive, send: Send, *, interval: float, target: _Target
 ) -> None:
     pid_prefix = execproto.PidPrefix()
     started = False

@@ -4,7 +4,8 @@ Uploads are ``multipart/form-data`` (field ``file``, the file name is the target
 ``path`` query gives it) or a raw body (``application/octet-stream``, envd ≥ 0.5.7), optionally
 ``Content-Encoding: gzip``; they stream to disk. The answer lists what was written:
 ``[{"path", "name", "type": "file"}]``. Downloads are raw bytes, gzip-compressed on the fly when
-the client asks for gzip specifically (see :func:`_wants_gzip`). Errors follow envd.yaml:
+the client asks for gzip specifically (see :func:`_wants_gzip`). Errors are envd's, as the
+``e2b`` 2.63.0 client parses them (``docs/reference/sandboxd.md``):
 ``{"code": <status>, "message"}`` with 400 (bad path, directory), 401 (unknown user),
 404 (missing), 507 (no space).
 """
@@ -24,15 +25,15 @@ from typing import IO, Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
-from kube_agent_sandbox.sandboxd import metadata as file_metadata
-from kube_agent_sandbox.sandboxd.filesystem_service import chown, make_dirs
-from kube_agent_sandbox.sandboxd.multipart import (
+from kube_agent_sandbox.sandboxd import file_metadata
+from kube_agent_sandbox.sandboxd.filesystem_rpc import chown, make_dirs
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
+from kube_agent_sandbox.sandboxd.multipart_parser import (
     MultipartError,
     MultipartParser,
     PartHeaders,
     boundary_of,
 )
-from kube_agent_sandbox.sandboxd.state import DaemonState
 from kube_agent_sandbox.sandboxd.users import (
     BadPathError,
     UnknownUserError,

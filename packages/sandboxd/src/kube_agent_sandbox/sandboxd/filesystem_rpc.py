@@ -27,8 +27,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from kube_agent_sandbox.sandboxd import metadata as file_metadata
-from kube_agent_sandbox.sandboxd.connect import (
+from kube_agent_sandbox.sandboxd import file_metadata
+from kube_agent_sandbox.sandboxd.connect_codec import (
     Code,
     ConnectError,
     Message,
@@ -37,15 +37,15 @@ from kube_agent_sandbox.sandboxd.connect import (
     get_int,
     get_str,
 )
-from kube_agent_sandbox.sandboxd.process_service import keepalive_seconds, request_user
-from kube_agent_sandbox.sandboxd.state import DaemonState
-from kube_agent_sandbox.sandboxd.users import BadPathError, User, resolve_path
-from kube_agent_sandbox.sandboxd.watch import (
+from kube_agent_sandbox.sandboxd.dir_watch import (
     DirectoryWatch,
     PolledWatcher,
     WatchError,
     check_directory,
 )
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
+from kube_agent_sandbox.sandboxd.process_rpc import keepalive_seconds, request_user
+from kube_agent_sandbox.sandboxd.users import BadPathError, User, resolve_path
 
 MAX_LIST_ENTRIES = 100_000
 MAX_WATCHERS = 256

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kube_agent_sandbox.sandboxd.connect import b64encode
+from kube_agent_sandbox.sandboxd.connect_codec import b64encode
 from kube_agent_sandbox.sandboxd.users import User
 
 logger = logging.getLogger(__name__)

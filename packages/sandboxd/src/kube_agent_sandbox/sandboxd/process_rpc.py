@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from kube_agent_sandbox.sandboxd.connect import (
+from kube_agent_sandbox.sandboxd.connect_codec import (
     Code,
     ConnectError,
     Message,
@@ -29,7 +29,8 @@ from kube_agent_sandbox.sandboxd.connect import (
     get_str_list,
     get_str_map,
 )
-from kube_agent_sandbox.sandboxd.processes import (
+from kube_agent_sandbox.sandboxd.init_state import DaemonState
+from kube_agent_sandbox.sandboxd.process_manager import (
     Event,
     ManagedProcess,
     ProcessError,
@@ -37,7 +38,6 @@ from kube_agent_sandbox.sandboxd.processes import (
     ProcessSpec,
     build_env,
 )
-from kube_agent_sandbox.sandboxd.state import DaemonState
 from kube_agent_sandbox.sandboxd.users import (
     BadPathError,
     UnknownUserError,
