@@ -19,11 +19,12 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
+from kube_agent_sandbox.api.rest import resource_path
 from kube_agent_sandbox.controller.runtime.config import ClusterConfig
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics, default_metrics
 from kube_agent_sandbox.controller.runtime.ratelimit import TokenBucket
@@ -48,35 +49,6 @@ PATCH_CONTENT_TYPES: dict[str, str] = {
 
 _WATCH_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 _MAX_429_RETRIES = 5
-
-
-def resource_path(
-    resource: Resource,
-    namespace: str | None = None,
-    name: str | None = None,
-    subresource: str | None = None,
-) -> str:
-    """The REST path of a collection (``name`` None) or of one object.
-
-    Raises:
-        ValueError: if a namespaced object is addressed without namespace, or a subresource
-            without name.
-    """
-    base = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
-    if resource.namespaced and namespace:
-        base += f"/namespaces/{quote(namespace, safe='')}"
-    elif resource.namespaced and name is not None:
-        raise ValueError(f"{resource.plural} is namespaced: a namespace is required")
-    path = f"{base}/{resource.plural}"
-    if name is not None:
-        if not name:
-            raise ValueError("name must not be empty")
-        path += f"/{quote(name, safe='')}"
-    if subresource:
-        if name is None:
-            raise ValueError("a subresource needs an object name")
-        path += f"/{subresource}"
-    return path
 
 
 def error_from_status(
