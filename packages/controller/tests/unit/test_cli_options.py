@@ -79,6 +79,8 @@ ADDED_FLAGS: list[tuple[str, str, Any]] = [
     ("sync-period", "sync_period", 36000.0),
     # Idle shutdown (docs/guides/idle-shutdown.md), opt-in.
     ("idle-shutdown", "idle_shutdown", False),
+    # Status writes (docs/guides/upstream-differences.md, status coalescing).
+    ("sandbox-status-coalesce-window", "sandbox_status_coalesce_window", 0.5),
 ]
 ZAP_FLAGS = [
     "zap-devel",
@@ -111,6 +113,7 @@ def test_default(flag: str, attribute: str, default: Any) -> None:
 
 DURATION_FLAGS = {
     "sandbox-write-behind-window",
+    "sandbox-status-coalesce-window",
     "sandbox-warm-pool-replenish-delay",
     "sandbox-warm-pool-readiness-grace-period",
     "sandbox-warm-pool-unschedulable-recheck-interval",
@@ -348,6 +351,8 @@ def test_pprof_debug_implies_pprof() -> None:
             10.0,
         ),
         (["--sandbox-write-behind-window=300ms"], "sandbox_write_behind_window", 0.3),
+        (["--sandbox-status-coalesce-window=0"], "sandbox_status_coalesce_window", 0.0),
+        (["--sandbox-status-coalesce-window=2s"], "sandbox_status_coalesce_window", 2.0),
         (["--sandbox-warm-pool-replenish-delay=0"], "sandbox_warm_pool_replenish_delay", 0.0),
         (["--sandbox-warm-pool-max-refill-rate=2.5"], "sandbox_warm_pool_max_refill_rate", 2.5),
     ],
@@ -388,6 +393,10 @@ def test_duration_flag_refuses_go_invalid_text(value: str) -> None:
         (
             ["--sandbox-write-behind-window=-1ms"],
             "sandbox-write-behind-window must be >= 0 (0 disables write-behind coalescing)",
+        ),
+        (
+            ["--sandbox-status-coalesce-window=-1ms"],
+            "sandbox-status-coalesce-window must be >= 0 (0 writes every status change at once)",
         ),
     ],
 )

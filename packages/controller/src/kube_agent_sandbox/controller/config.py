@@ -202,6 +202,13 @@ class ControllerOptions:
         "Coalesce recoverable Pod metadata writes of the Sandbox controller within this window "
         "(0 disables write-behind coalescing).",
     )
+    sandbox_status_coalesce_window: float = _duration_flag(
+        "sandbox-status-coalesce-window",
+        0.5,
+        "Hold a Sandbox status change that only reports progress towards Ready (Pod created, "
+        "scheduled, given an IP) for at most this long, so it rides along with the next write "
+        "(0 writes every change at once).",
+    )
     sandbox_warm_pool_replenish_delay: float = _duration_flag(
         "sandbox-warm-pool-replenish-delay",
         0.0,
@@ -477,6 +484,10 @@ def validate(options: ControllerOptions) -> list[str]:
     if math.isnan(rate) or math.isinf(rate) or rate < 0:
         raise ConfigError(
             "sandbox-warm-pool-max-refill-rate must be a finite value >= 0 (0 disables pacing)"
+        )
+    if options.sandbox_status_coalesce_window < 0:
+        raise ConfigError(
+            "sandbox-status-coalesce-window must be >= 0 (0 writes every status change at once)"
         )
     if options.sandbox_write_behind_window < 0:
         raise ConfigError(

@@ -126,6 +126,8 @@ class SandboxReconciler:
         write_behind_window: ``--sandbox-write-behind-window`` in seconds (0 = off); Pod
             metadata patches are deferred by at most ``min(window, 1s)``.
         monotonic: Monotonic seconds for the write-behind window (tests pass a fake).
+        status_coalesce_window: ``--sandbox-status-coalesce-window`` in seconds (0 = off):
+            how long a status change that only reports progress towards Ready may wait.
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class SandboxReconciler:
         tracer: Tracer = NOOP_TRACER,
         write_behind_window: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
+        status_coalesce_window: float = 0.0,
     ) -> None:
         self._client = client
         self._sandboxes = sandboxes
@@ -161,7 +164,9 @@ class SandboxReconciler:
         self._tracer = tracer
         self._write_behind_window = effective_window(write_behind_window)
         self._deferrals = DeferralClock(now=monotonic)
-        self._status = StatusWriter(client)
+        self._status = StatusWriter(
+            client, coalesce_window=status_coalesce_window, clock=DeferralClock(now=monotonic)
+        )
         self._events = ErrorEvents(recorder)
         # Sandboxes (key -> uid) whose expiry mark was written by pass 1, so pass 2 proceeds
         # even when the Sandbox cache has not caught up with that status write yet.
@@ -253,6 +258,10 @@ class SandboxReconciler:
             requeue = deferral.wait if requeue is None else min(requeue, deferral.wait)
         elif deferral is not None and not this.errors.errors:
             self._deferrals.clear(key)
+        held = None if this.errors.errors else self._status.hold(sandbox, this.old_status)
+        if held is not None:
+            # Progress towards Ready only: wait for the next change, at most the window.
+            return self._finish(this, held if requeue is None else min(requeue, held))
         with this.errors.step():
             await self._status.write(sandbox, this.old_status)
         return self._finish(this, requeue)

@@ -121,6 +121,7 @@ def setup(
         cluster_domain=options.cluster_domain,
         tracer=tracer_for(enabled=options.enable_tracing),
         write_behind_window=options.sandbox_write_behind_window,
+        status_coalesce_window=options.sandbox_status_coalesce_window,
     )
     if options.sandbox_write_behind_window > 0:
         log.info(

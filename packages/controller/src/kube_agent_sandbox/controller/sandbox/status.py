@@ -7,7 +7,10 @@ write, normally the Ready transition), and the write is a merge patch of the sta
 without a resourceVersion (this controller is the sole status writer).
 
 :class:`StatusWriter` also remembers what it wrote (read-your-writes), so passes that run
-before the cache shows the write do not send the same status again.
+before the cache shows the write do not send the same status again, and it holds back a
+change that only reports progress towards Ready (:func:`progress_only`) for at most
+``--sandbox-status-coalesce-window``: a Sandbox whose Pod is created, scheduled and started
+within the window gets one status write (Ready) instead of three.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from kube_agent_sandbox.controller.runtime import (
     Client,
     Obj,
     create_merge_patch,
+    find_condition,
     is_condition_true,
     is_empty,
     name_of,
@@ -32,6 +36,7 @@ from kube_agent_sandbox.controller.runtime import (
     uid_of,
     wrap,
 )
+from kube_agent_sandbox.controller.sandbox.writebehind import DeferralClock
 
 STATUS_FIELDS = ("serviceFQDN", "service", "conditions", "selector", "podIPs", "nodeName")
 
@@ -73,6 +78,33 @@ def status_patch(old: Any, new: Any) -> Obj | None:
     if not diff:
         return None
     return {"status": diff}
+
+
+def _condition(status: Obj, type_: str) -> tuple[str, str] | None:
+    found = find_condition(status.get("conditions"), type_)
+    return None if found is None else (str(found.get("status")), str(found.get("reason")))
+
+
+def progress_only(old: Any, new: Any) -> bool:
+    """Whether going from ``old`` to ``new`` only reports progress towards Ready.
+
+    True when neither status is Ready, both are (or, for ``old``, not yet) in the normal
+    not-ready-yet state (Ready False with reason ``DependenciesNotReady``, not suspended, not
+    finished): the Pod was created, scheduled or got an IP. Errors, suspension, finishing,
+    expiry and Ready itself are never progress only.
+    """
+    old_n, new_n = normalized(old), normalized(new)
+    waiting = ("False", c.REASON_DEPENDENCIES_NOT_READY)
+    if _condition(new_n, c.CONDITION_READY) != waiting:
+        return False
+    if _condition(old_n, c.CONDITION_READY) not in (None, waiting):
+        return False
+    if _condition(new_n, c.CONDITION_FINISHED) or _condition(old_n, c.CONDITION_FINISHED):
+        return False
+    not_suspended = ("False", c.REASON_NOT_SUSPENDED)
+    if _condition(new_n, c.CONDITION_SUSPENDED) != not_suspended:
+        return False
+    return _condition(old_n, c.CONDITION_SUSPENDED) in (None, not_suspended)
 
 
 def _rv_number(rv: str | None) -> int | None:
@@ -119,15 +151,42 @@ class StatusWriter:
 
     Args:
         client: The API client.
+        coalesce_window: Seconds a progress-only change may wait for the next one (0: none).
+        clock: Times the coalescing window (tests pass a settable clock).
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(
+        self, client: Client, *, coalesce_window: float = 0.0, clock: DeferralClock | None = None
+    ) -> None:
         self._client = client
         self._written: dict[tuple[str, str], _Written] = {}
+        self._window = max(0.0, coalesce_window)
+        self._held = clock if clock is not None else DeferralClock()
 
     def forget(self, key: tuple[str, str]) -> None:
-        """Drop the memo of a Sandbox (deleted, or terminating)."""
+        """Drop the memo and any held change of a Sandbox (deleted, or terminating)."""
         self._written.pop(key, None)
+        self._held.clear(key)
+
+    def hold(self, sandbox: Obj, old_status: Obj) -> float | None:
+        """Seconds to hold this pass's status change back, or None to write it now.
+
+        Only a progress-only change (:func:`progress_only`) is held, for at most the window
+        from when the first held change of the Sandbox was seen; the pass that finds the
+        window over writes whatever the status is then.
+        """
+        key = (namespace_of(sandbox), name_of(sandbox))
+        new = sandbox.get("status")
+        if self._window <= 0 or not progress_only(old_status, new):
+            self._held.clear(key)
+            return None
+        if status_patch(old_status, new) is None:
+            return None
+        due, wait = self._held.observe(key, self._window)
+        if due:
+            self._held.clear(key)
+            return None
+        return wait
 
     def overlay(self, key: tuple[str, str], cached: Obj, sandbox: Obj) -> None:
         """Put the last written status on ``sandbox`` if ``cached`` predates that write."""
