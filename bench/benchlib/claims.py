@@ -35,6 +35,7 @@ from benchlib.workload import (
     add_request_rows,
     check_binding,
     claim_manifest,
+    cpu_share_rows,
     list_all,
     pool_manifest,
     send_open_loop,
@@ -115,6 +116,7 @@ async def measure_claims(ctx: Context, client: ApiClient, sizes: ClaimSizes) -> 
     result = ctx.result
     requests_before = ctx.api_requests()
     controller_before = _controller_writes(await ctx.controller_metrics())
+    cpu_before, began_burst = ctx.cpu_seconds(), time.monotonic()
     tracker = SandboxTracker(client, NAMESPACE, resource=SANDBOX_CLAIMS)
     await tracker.start()
     try:
@@ -188,6 +190,8 @@ async def measure_claims(ctx: Context, client: ApiClient, sizes: ClaimSizes) -> 
     began = time.monotonic()
     await wait_pool_ready(client, sizes.pool, within=sizes.within)
     result.add("pool full again after the burst", time.monotonic() - began, "s")
+    cpu_share_rows(result, cpu_before, ctx.cpu_seconds(), time.monotonic() - began_burst,
+                   per=("warm claim", len(created)))  # fmt: skip
     delta = request_delta(ctx.api_requests(), requests_before)
     add_request_rows(
         result,

@@ -118,7 +118,7 @@ async def measure_cold(
     result.add("Ready throughput (sustained)", sustained_rate(ready_times), "Sandboxes/s",
                note="10th to 90th percentile of Ready times")  # fmt: skip
     result.add("time until all Ready", ready_times[-1] if ready_times else None, "s")
-    cpu_share_rows(result, cpu_before, cpu_after, wall)
+    cpu_share_rows(result, cpu_before, cpu_after, wall, per=("cold Sandbox", len(created)))
     add_request_rows(
         result, "cold Sandbox", delta, len(created), key="apiserver_requests_per_sandbox"
     )

@@ -4,7 +4,7 @@ PNG plots, one set per scenario, with the comparison table when two controllers 
 The JSON file carries everything needed to judge the numbers later: the machine (cores,
 memory, load), Python, Kubernetes and controller versions, the command-line flags, every
 row, and the raw series the plots were drawn from. The Markdown summary has one table (or a
-side-by-side table with ``other / ours`` ratios) and a PASS/MISS line per target.
+side-by-side table with ``ours / other`` ratios) and a PASS/MISS line per target.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from benchlib.stats import ratio
 
 
 def comparison_rows(ours: BenchResult, other: BenchResult) -> list[list[str]]:
-    """Side-by-side rows: metric, unit, ours, other, ``other / ours``.
+    """Side-by-side rows: metric, unit, ours, other, ``ours / other``.
 
     Rows pair by position when both runs produced the same metric names in the same order
     (the same scenario code), else by name; a metric only one run has shows ``n/a`` for the
@@ -45,7 +45,7 @@ def comparison_rows(ours: BenchResult, other: BenchResult) -> list[list[str]]:
         seen[m.name] = index + 1
         values = theirs.get(m.name, [])
         value = values[index] if index < len(values) else None
-        r = ratio(m.value, value)
+        r = ratio(value, m.value)  # ours / other
         rows.append(
             [
                 m.name,
@@ -105,7 +105,7 @@ def _unit(unit: str) -> str:
 def comparison_table(ours: BenchResult, other: BenchResult) -> str:
     """The side-by-side rows as a Markdown table."""
     lines = [
-        "| metric | unit | ours | other | other / ours |",
+        "| metric | unit | ours | other | ours / other |",
         "|---|---|---:|---:|---:|",
     ]
     lines += [

@@ -271,9 +271,20 @@ async def list_all(client: ApiClient, *, resource: Any = SANDBOXES) -> list[dict
 
 
 def cpu_share_rows(
-    result: BenchResult, before: Mapping[str, float], after: Mapping[str, float], wall: float
+    result: BenchResult,
+    before: Mapping[str, float],
+    after: Mapping[str, float],
+    wall: float,
+    *,
+    per: tuple[str, int] | None = None,
 ) -> None:
-    """CPU seconds per process over a phase, and the controller's share of the cluster's CPU."""
+    """CPU seconds per process over a phase, and the controller's share of the cluster's CPU.
+
+    Args:
+        per: ``(what, count)``: also the controller's and kube-apiserver's CPU per unit (ms),
+            e.g. ``("cold Sandbox", 750)``; the comparison with another controller is fair only
+            per unit, since a slower run spreads the same work over a longer phase.
+    """
     spent = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
     result.details["cpu_seconds_by_process"] = {k: round(v, 2) for k, v in spent.items()}
     cluster = sum(v for k, v in spent.items() if k != "bench-driver")
@@ -285,6 +296,12 @@ def cpu_share_rows(
                note=f"{controller:.1f} of {cluster:.1f} CPU s (cluster + controller)")  # fmt: skip
     result.add("kube-apiserver + etcd CPU share", 100 * server / cluster, "%")
     result.add("controller CPU", controller / wall * 100 if wall > 0 else None, "% of a core")
+    if per is not None and per[1] > 0:
+        what, count = per
+        server_ms = 1000 * spent.get("kube-apiserver", 0.0) / count
+        result.add(f"kube-apiserver CPU per {what}", server_ms, "ms",
+                   note="the API server is what a cluster runs out of first")  # fmt: skip
+        result.add(f"controller CPU per {what}", 1000 * controller / count, "ms")
     result.notes.append(
         f"CPU seconds over {wall:.0f} s: "
         + ", ".join(f"{k} {v:.1f}" for k, v in sorted(spent.items(), key=lambda i: -i[1]))

@@ -31,7 +31,7 @@ def test_comparison_pairs_rows_and_gives_other_over_ours() -> None:
     ours, other = _result("ours", 40.0, 0), _result("other", 100.0, 0)
     other.add("only theirs", 1.0)
     rows = comparison_rows(ours, other)
-    assert rows[0] == ["claim->Ready p50", "ms", "40", "100", "2.50"]
+    assert rows[0] == ["claim->Ready p50", "ms", "40", "100", "0.40"]
     assert rows[1][-1] == "n/a"  # 0 lost on both sides: no ratio
     assert rows[2][-1] == "1.00"
     assert rows[-1] == ["only theirs", "", "n/a", "1", "n/a"]
@@ -43,7 +43,7 @@ def test_rows_with_the_same_name_pair_in_order() -> None:
     for result, values in ((ours, (1.0, 2.0)), (other, (3.0, 8.0))):
         for value in values:
             result.add("offered rate", value)
-    assert [row[-1] for row in comparison_rows(ours, other)] == ["3.00", "4.00"]
+    assert [row[-1] for row in comparison_rows(ours, other)] == ["0.33", "0.25"]
 
 
 def test_target_lines_say_pass_miss_and_failed() -> None:
@@ -99,7 +99,7 @@ def test_summary_of_a_comparison_has_both_controllers_and_targets() -> None:
         started=dt.datetime(2026, 12, 1, 18, 0, tzinfo=dt.UTC),
         environment_facts=environment(),
     )
-    assert "| metric | unit | ours | other | other / ours |" in text
+    assert "| metric | unit | ours | other | ours / other |" in text
     assert "`/opt/upstream/manager --extensions`" in text
     assert "- PASS [ours] claim->Ready p50: 40 ms (target <= 50 ms)" in text
     assert "- MISS [other] claim->Ready p50: 100 ms (target <= 50 ms)" in text
@@ -124,7 +124,7 @@ def test_write_scenario_writes_json_summary_and_plots(tmp_path: Path) -> None:
     payload = json.loads(summary.with_suffix(".json").read_text())
     assert payload["flags"] == {"claims": 10}
     assert payload["environment"]["cpus"] >= 1
-    assert payload["comparison"][0]["other_over_ours"] == "2.50"
+    assert payload["comparison"][0]["other_over_ours"] == "0.40"
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == [
         "warm-claims-20261201T180000Z-latency-cdf.png",
