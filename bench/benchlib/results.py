@@ -234,7 +234,7 @@ def write_scenario(
     }
     if len(runs) == 2:
         payload["comparison"] = [
-            dict(zip(("metric", "unit", "ours", "other", "other_over_ours"), row, strict=True))
+            dict(zip(("metric", "unit", "ours", "other", "ours_over_other"), row, strict=True))
             for row in comparison_rows(runs[0], runs[1])
         ]
     base.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str) + "\n")

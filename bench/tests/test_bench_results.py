@@ -27,7 +27,7 @@ def _result(label: str, p50: float | None, lost: float) -> BenchResult:
     return result
 
 
-def test_comparison_pairs_rows_and_gives_other_over_ours() -> None:
+def test_comparison_pairs_rows_and_gives_ours_over_other() -> None:
     ours, other = _result("ours", 40.0, 0), _result("other", 100.0, 0)
     other.add("only theirs", 1.0)
     rows = comparison_rows(ours, other)
@@ -124,7 +124,7 @@ def test_write_scenario_writes_json_summary_and_plots(tmp_path: Path) -> None:
     payload = json.loads(summary.with_suffix(".json").read_text())
     assert payload["flags"] == {"claims": 10}
     assert payload["environment"]["cpus"] >= 1
-    assert payload["comparison"][0]["other_over_ours"] == "0.40"
+    assert payload["comparison"][0]["ours_over_other"] == "0.40"
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
     assert pngs == [
         "warm-claims-20261201T180000Z-latency-cdf.png",
