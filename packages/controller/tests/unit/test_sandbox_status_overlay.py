@@ -103,3 +103,25 @@ async def test_a_cache_showing_only_the_metadata_patch_does_not_repeat_the_statu
     for _ in range(3):
         await rec.reconcile(request())
     assert _status_writes(cluster) == 1
+
+
+def _metadata_writes(cluster: FakeCluster) -> int:
+    return sum(
+        1
+        for call in cluster.writes(SANDBOXES)
+        if call.subresource != "status" and call.verb == "patch"
+    )
+
+
+async def test_a_lagging_cache_does_not_repeat_the_pod_name_annotation() -> None:
+    cluster = FakeCluster()
+    cluster.add(SANDBOXES, make_sandbox())
+    rec, _ = _lagging(cluster)
+    await rec.reconcile(request())
+    assert _metadata_writes(cluster) == 1
+    for _ in range(3):  # owned-Pod events; the cache shows neither write yet
+        await rec.reconcile(request())
+    assert _metadata_writes(cluster) == 1
+    stored = cluster.obj(SANDBOXES, "sandbox-name")
+    assert stored is not None
+    assert stored["metadata"]["annotations"]["agents.x-k8s.io/pod-name"] == "sandbox-name"

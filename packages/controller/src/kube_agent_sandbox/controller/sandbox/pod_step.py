@@ -210,7 +210,8 @@ async def _create_pod(
 
 async def _patch_pod_name_annotation(ctx: StepContext, sandbox: Obj, value: str | None) -> None:
     patch = {"metadata": {"annotations": {c.ANNOTATION_POD_NAME: value}}}
-    await ctx.client.patch(SANDBOXES, namespace_of(sandbox), name_of(sandbox), patch)
+    stored = await ctx.client.patch(SANDBOXES, namespace_of(sandbox), name_of(sandbox), patch)
+    ctx.pod_names.record(sandbox, stored, value)
     annotations = meta(sandbox).get("annotations")
     if value is None:
         if annotations:

@@ -193,6 +193,7 @@ class SandboxReconciler:
         self._marked_expired.pop(key, None)
         self._events.forget(key)
         self._status.forget(key)
+        self._steps.pod_names.forget(key)
         self._deferrals.clear(key)
 
     async def _reconcile_sandbox(self, request: Request, cached: Obj) -> Result:
@@ -202,6 +203,7 @@ class SandboxReconciler:
             return Result()
         sandbox = _working_copy(cached)
         self._status.overlay((request.namespace, request.name), cached, sandbox)
+        self._steps.pod_names.overlay((request.namespace, request.name), cached, sandbox)
         errors = ErrorCollector()
         with errors.step() as trace_step:
             await self._ensure_trace_context(sandbox)

@@ -31,11 +31,10 @@ from kube_agent_sandbox.controller.runtime import (
     is_empty,
     name_of,
     namespace_of,
-    resource_version_of,
     semantic_equal,
-    uid_of,
     wrap,
 )
+from kube_agent_sandbox.controller.sandbox.ownwrites import OwnWrite
 from kube_agent_sandbox.controller.sandbox.writebehind import DeferralClock
 
 STATUS_FIELDS = ("serviceFQDN", "service", "conditions", "selector", "podIPs", "nodeName")
@@ -107,35 +106,12 @@ def progress_only(old: Any, new: Any) -> bool:
     return _condition(old_n, c.CONDITION_SUSPENDED) in (None, not_suspended)
 
 
-def _rv_number(rv: str | None) -> int | None:
-    """A resourceVersion as the integer etcd gives it (None when it is not one).
-
-    resourceVersions are opaque strings, but Kubernetes 1.33 made those of the built-in
-    storage comparable as integers (KEP-5504); any other form is compared only for equality.
-    """
-    return int(rv) if rv is not None and rv.isdigit() else None
-
-
 @dataclass(frozen=True, slots=True)
 class _Written:
-    """The status this controller last wrote to one Sandbox, and the versions around it."""
+    """The status this controller last wrote to one Sandbox, and that write's versions."""
 
-    uid: str | None
-    read_rv: str | None
-    """resourceVersion of the object the status was computed from."""
-    written_rv: int | None
-    """resourceVersion the API server gave the write (None: not an integer)."""
+    write: OwnWrite
     status: Obj
-
-    def predates(self, cached: Obj) -> bool:
-        """Whether ``cached`` is a version from before this write (the cache lags)."""
-        if uid_of(cached) != self.uid:
-            return False
-        rv = resource_version_of(cached)
-        if rv == self.read_rv:
-            return True
-        cached_rv = _rv_number(rv)
-        return cached_rv is not None and self.written_rv is not None and cached_rv < self.written_rv
 
 
 class StatusWriter:
@@ -191,7 +167,7 @@ class StatusWriter:
     def overlay(self, key: tuple[str, str], cached: Obj, sandbox: Obj) -> None:
         """Put the last written status on ``sandbox`` if ``cached`` predates that write."""
         written = self._written.pop(key, None)
-        if written is not None and written.predates(cached):
+        if written is not None and written.write.predates(cached):
             sandbox["status"] = copy.deepcopy(written.status)
             self._written[key] = written
 
@@ -217,10 +193,5 @@ class StatusWriter:
         except Exception as exc:
             raise wrap(exc, "failed to patch sandbox status") from exc
         self._written[key] = _Written(
-            uid=uid_of(sandbox),
-            read_rv=resource_version_of(sandbox),
-            written_rv=_rv_number(resource_version_of(stored))
-            if isinstance(stored, dict)
-            else None,
-            status=copy.deepcopy(sandbox.get("status") or {}),
+            OwnWrite.of(sandbox, stored), copy.deepcopy(sandbox.get("status") or {})
         )

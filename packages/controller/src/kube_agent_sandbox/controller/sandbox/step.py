@@ -8,9 +8,10 @@ children from the caches in :class:`StepContext`, writes through its client (the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kube_agent_sandbox.controller.runtime import Client, Reader
+from kube_agent_sandbox.controller.sandbox.ownwrites import PodNameWrites
 from kube_agent_sandbox.controller.tracing import Tracer
 
 
@@ -25,6 +26,7 @@ class StepContext:
         pvcs: Cache of PersistentVolumeClaims.
         tracer: Receives the steps' spans and events.
         cluster_domain: DNS domain of the cluster, for ``status.serviceFQDN``.
+        pod_names: The pod-name annotations this controller wrote (read-your-writes).
     """
 
     client: Client
@@ -33,3 +35,4 @@ class StepContext:
     pvcs: Reader
     tracer: Tracer
     cluster_domain: str
+    pod_names: PodNameWrites = field(default_factory=PodNameWrites)
