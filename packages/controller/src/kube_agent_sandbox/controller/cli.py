@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from kube_agent_sandbox.controller import eventloop
 from kube_agent_sandbox.controller.config import (
     ConfigError,
     ControllerOptions,
@@ -145,18 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error(error.message)
         return error.exit_code
     log_startup_settings(options, warnings)
-    try:
-        loop_name, new_loop = eventloop.loop_factory()
-    except ValueError as error:
-        logger.error(str(error))
-        return 1
 
     from kube_agent_sandbox.controller.app import StartupError, run
 
     try:
-        with asyncio.Runner(loop_factory=new_loop) as runner:
-            logger.debug("event loop: %s", loop_name)
-            runner.run(run(options))
+        asyncio.run(run(options))
     except StartupError as error:
         logger.error(error.message, exc_info=error.__cause__, extra=error.fields)
         return error.exit_code
