@@ -73,6 +73,25 @@ async def test_a_held_change_is_written_when_the_window_is_over() -> None:
     assert conditions["PodScheduled"]["status"] == "True"
 
 
+async def test_an_expiry_inside_the_window_starts_from_the_held_status() -> None:
+    # Pass 1 holds [Suspended, PodScheduled, Ready]; the Sandbox expires before the window
+    # ends. Its expiry write must look as if the held status had been written: Suspended
+    # kept, PodScheduled removed, Ready SandboxExpired (as upstream's two writes leave it).
+    cluster, clock, rec = _setup()
+    await rec.reconcile(request())
+    assert _status_writes(cluster) == 0
+    cluster.mutate(
+        SANDBOXES, "sandbox-name", lambda s: s["spec"].update(shutdownTime="2026-01-01T00:00:00Z")
+    )
+    clock.now += 0.1
+    await rec.reconcile(request())
+    assert _status_writes(cluster) == 1
+    stored = cluster.obj(SANDBOXES, "sandbox-name")
+    assert stored is not None
+    assert [cond["type"] for cond in stored["status"]["conditions"]] == ["Suspended", "Ready"]
+    assert conditions_by_type(stored)["Ready"]["reason"] == "SandboxExpired"
+
+
 async def test_window_zero_writes_every_change_at_once() -> None:
     cluster, _, rec = _setup(window=0.0)
     await rec.reconcile(request())

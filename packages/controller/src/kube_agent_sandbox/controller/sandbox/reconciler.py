@@ -210,6 +210,7 @@ class SandboxReconciler:
         if trace_step.failed:
             return self._finish(_Pass(request, cached, sandbox, cached.get("status") or {}, errors))
         this = _Pass(request, cached, sandbox, copy.deepcopy(sandbox.get("status") or {}), errors)
+        self._status.carry_held(this.key, sandbox)
         now = self._clock()
         expired, _ = check_expiry(sandbox, now)
         if expired:

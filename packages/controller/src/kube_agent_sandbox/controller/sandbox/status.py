@@ -32,6 +32,7 @@ from kube_agent_sandbox.controller.runtime import (
     name_of,
     namespace_of,
     semantic_equal,
+    uid_of,
     wrap,
 )
 from kube_agent_sandbox.controller.sandbox.ownwrites import OwnWrite
@@ -138,21 +139,25 @@ class StatusWriter:
         self._written: dict[tuple[str, str], _Written] = {}
         self._window = max(0.0, coalesce_window)
         self._held = clock if clock is not None else DeferralClock()
+        self._pending: dict[tuple[str, str], tuple[str | None, Obj]] = {}
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop the memo and any held change of a Sandbox (deleted, or terminating)."""
         self._written.pop(key, None)
         self._held.clear(key)
+        self._pending.pop(key, None)
 
     def hold(self, sandbox: Obj, old_status: Obj) -> float | None:
         """Seconds to hold this pass's status change back, or None to write it now.
 
         Only a progress-only change (:func:`progress_only`) is held, for at most the window
         from when the first held change of the Sandbox was seen; the pass that finds the
-        window over writes whatever the status is then.
+        window over writes whatever the status is then. The held status is kept, so the next
+        pass starts from it (:meth:`carry_held`) as it would from a written one.
         """
         key = (namespace_of(sandbox), name_of(sandbox))
         new = sandbox.get("status")
+        self._pending.pop(key, None)
         if self._window <= 0 or not progress_only(old_status, new):
             self._held.clear(key)
             return None
@@ -162,7 +167,18 @@ class StatusWriter:
         if due:
             self._held.clear(key)
             return None
+        self._pending[key] = (uid_of(sandbox), copy.deepcopy(new or {}))
         return wait
+
+    def carry_held(self, key: tuple[str, str], sandbox: Obj) -> None:
+        """Start ``sandbox`` from the status an earlier pass held back, if one is held.
+
+        Without it, a pass that must write at once (expiry, an error) would start from the
+        older cached status and lose what the held one reported (e.g. ``Suspended=False``).
+        """
+        held = self._pending.get(key)
+        if held is not None and held[0] == uid_of(sandbox):
+            sandbox["status"] = copy.deepcopy(held[1])
 
     def overlay(self, key: tuple[str, str], cached: Obj, sandbox: Obj) -> None:
         """Put the last written status on ``sandbox`` if ``cached`` predates that write."""
@@ -177,10 +193,12 @@ class StatusWriter:
         Raises:
             ReconcileError: ``failed to patch sandbox status``.
         """
+        key = (namespace_of(sandbox), name_of(sandbox))
+        self._pending.pop(key, None)
+        self._held.clear(key)
         patch = status_patch(old_status, sandbox.get("status"))
         if patch is None:
             return
-        key = (namespace_of(sandbox), name_of(sandbox))
         self._written.pop(key, None)
         try:
             stored = await self._client.patch(
