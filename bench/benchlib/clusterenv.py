@@ -36,13 +36,11 @@ import yaml
 from benchlib.promtext import Scrape
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, Resource, load_kubeconfig
 from kube_agent_sandbox.testing.access import ClusterAccess, load_crds, load_manifests
-from kube_agent_sandbox.testing.cluster import (
-    LocalCluster,
-    LocalClusterOptions,
-    free_port,
-    kwok_node,
-)
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
+from kube_agent_sandbox.testing.kwok import kwok_node
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess
 
 log = logging.getLogger(__name__)

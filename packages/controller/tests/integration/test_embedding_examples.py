@@ -22,8 +22,8 @@ import pytest
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.rbac import normalize_rules
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, wait_until
 from kube_agent_sandbox.testing.waiting import (
     ObjectRef,

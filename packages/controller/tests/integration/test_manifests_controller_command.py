@@ -19,8 +19,8 @@ import pytest
 
 from kube_agent_sandbox.controller.webhook.certs import generate_certificates, write_serving_files
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, wait_until
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 

@@ -24,8 +24,10 @@ from kube_agent_sandbox.controller.runtime import (
     RuntimeMetrics,
     load_kubeconfig,
 )
-from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, PrerequisiteError
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.plugin import unavailable
+from kube_agent_sandbox.testing.prerequisites import PrerequisiteError
 from kube_agent_sandbox.testing.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -34,8 +34,9 @@ from kube_agent_sandbox.api.resources import (
 from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import ApiClient, EventHandler, Informer, Obj
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import free_port, kwok_node
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
+from kube_agent_sandbox.testing.kwok import kwok_node
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess
 from kube_agent_sandbox.testing.waiting import ObjectRef
 

@@ -4,7 +4,7 @@
 ClusterRoles of ``manifests/rbac`` (core and extensions) while the test drives templates, warm
 pools, claims and Sandboxes (with a Service and a PVC, suspended and resumed) through their
 lifecycle. The local apiserver audits every request of the service accounts of
-``AUDITED_NAMESPACE`` (``cluster.py``, Metadata level), where the controller's identity lives;
+``AUDITED_NAMESPACE`` (``audit.py``, Metadata level), where the controller's identity lives;
 the test reads the controller's requests from that log and checks:
 
 1. none was denied (no 403), and each ``(verb, group, resource/subresource, name)`` is allowed
@@ -29,8 +29,10 @@ import pytest
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import AUDITED_NAMESPACE, LocalCluster, free_port
+from kube_agent_sandbox.testing.audit import AUDITED_NAMESPACE
+from kube_agent_sandbox.testing.cluster import LocalCluster
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, wait_until
 
 pytestmark = pytest.mark.integration

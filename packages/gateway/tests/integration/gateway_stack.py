@@ -31,9 +31,9 @@ from kube_agent_sandbox.controller.sandbox.setup import setup as sandbox_setup
 from kube_agent_sandbox.gateway.app import build_app
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.state import GatewayState
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, RunningController
 from kube_agent_sandbox.testing.gateway import ENVD_PORT, gateway_identity
+from kube_agent_sandbox.testing.probes import free_port
 
 EXTENSIONS = ("template", "warmpool", "claim")
 EXTENSIONS_ROLE = "agent-sandbox-controller-extensions"

@@ -30,7 +30,6 @@ from packaging.version import Version
 from kube_agent_sandbox.controller.runtime import ApiClient, load_kubeconfig
 from kube_agent_sandbox.gateway.tenants import create_key
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
 from kube_agent_sandbox.testing.gateway import (
     ENVD_PORT,
@@ -44,6 +43,7 @@ from kube_agent_sandbox.testing.gateway import (
     write_hmac_secret,
 )
 from kube_agent_sandbox.testing.plugin import namespace_name
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor
 
 pytestmark = pytest.mark.integration

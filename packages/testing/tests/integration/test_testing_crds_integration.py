@@ -24,12 +24,10 @@ from kubernetes import dynamic
 from kubernetes.dynamic.exceptions import DynamicApiError
 
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import (
-    LocalCluster,
-    LocalClusterOptions,
-    PrerequisiteError,
-)
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.plugin import provider_options, unavailable
+from kube_agent_sandbox.testing.prerequisites import PrerequisiteError
 from kube_agent_sandbox.testing.reference import missing_reason, reference_dir, reference_files
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, PrerequisiteError
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.flags import flag_name
 from kube_agent_sandbox.testing.plugin import unavailable
+from kube_agent_sandbox.testing.prerequisites import PrerequisiteError
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kube_agent_sandbox.testing.cluster import LocalClusterOptions
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.flags import check_flags, flag_name, merge_flags
 
 HARNESS = [

@@ -17,15 +17,11 @@ from kube_agent_sandbox.testing.access import (
     load_crds,
     load_manifests,
 )
-from kube_agent_sandbox.testing.cluster import (
-    LocalCluster,
-    PrerequisiteError,
-    check_binaries,
-    free_port,
-    kwok_node,
-    kwok_stage_files,
-)
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.kwok import kwok_node, kwok_stage_files
 from kube_agent_sandbox.testing.plugin import namespace_name, unavailable
+from kube_agent_sandbox.testing.prerequisites import PrerequisiteError, check_binaries
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.providers import ProviderOptions, start_cluster
 
 CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}

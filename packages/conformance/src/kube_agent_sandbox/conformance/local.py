@@ -28,9 +28,11 @@ from pathlib import Path
 from kube_agent_sandbox.conformance.client import ApiError, Kube, load_api_client
 from kube_agent_sandbox.conformance.target import Target
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, free_port
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
 from kube_agent_sandbox.testing.pki import CertificateAuthority
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess
 
 _log = logging.getLogger(__name__)
@@ -279,7 +281,7 @@ def real_node_environment(root: Path) -> Iterator[Target]:
         RealNodeClusterOptions,
         deploy_controller,
     )
-    from kube_agent_sandbox.testing.node.realnode import missing_prerequisites
+    from kube_agent_sandbox.testing.node.prerequisites import missing_prerequisites
 
     reasons = missing_prerequisites()
     if reasons:

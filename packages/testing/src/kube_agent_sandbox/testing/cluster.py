@@ -1,7 +1,11 @@
 """The local test cluster: a real control plane plus kwok nodes, all on 127.0.0.1.
 
-It stays one module: :class:`LocalCluster` is one class whose ``start``, ``stop`` and
-``restart`` share the private PKI, ports, data directory and processes of one cluster.
+:class:`LocalCluster` stays one class in this module: its ``start``, ``stop`` and ``restart``
+share the private PKI, ports, data directory and processes of one cluster. What needs none of
+that state lives in modules of its own, imported from there: the options (``clusteroptions``),
+the context-manager base (``lifecycle``), the prerequisites check (``prerequisites``), kwok's
+stages and Nodes (``kwok``), the audit policy (``audit``), etcd's compaction and stale data
+directories (``etcd``), and free ports and readiness probes (``probes``).
 
 :class:`LocalCluster` runs etcd (data on /dev/shm, no fsync), kube-apiserver (TLS,
 client-certificate authentication, Node+RBAC authorization, service-account tokens),
@@ -15,33 +19,36 @@ manager starts, because its garbage collector discovers new resources only every
 
 from __future__ import annotations
 
-import abc
 import argparse
 import atexit
-import base64
-import json
 import logging
 import os
 import shutil
 import signal
-import socket
 import ssl
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
-
-import yaml
 
 from kube_agent_sandbox.testing import pki, versions
 from kube_agent_sandbox.testing.access import ClusterAccess, load_crds
-from kube_agent_sandbox.testing.flags import check_flags, merge_flags
+from kube_agent_sandbox.testing.audit import AUDIT_POLICY
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
+from kube_agent_sandbox.testing.etcd import ETCD_PREFIX, compact_etcd, remove_stale_etcd_dirs
+from kube_agent_sandbox.testing.flags import merge_flags
 from kube_agent_sandbox.testing.kubeconfig import write_kubeconfig
+from kube_agent_sandbox.testing.kwok import (
+    KWOK_NODE_ANNOTATION,
+    kwok_node,
+    kwok_stage_files,
+    kwok_stage_root,
+)
+from kube_agent_sandbox.testing.lifecycle import ClusterLifecycle
+from kube_agent_sandbox.testing.prerequisites import check_binaries
+from kube_agent_sandbox.testing.probes import free_port, http_ok, https_ok
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition, wait_for_object
 
@@ -51,156 +58,6 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-KWOK_NODE_LABEL = "type"
-KWOK_NODE_LABEL_VALUE = "kwok"
-#: kwok's stock "fast" stage set: nodes initialise at once, keep a lease, pods turn Ready.
-KWOK_STAGE_SET = "fast"
-
-
-class PrerequisiteError(RuntimeError):
-    """Something the local cluster needs is missing (binaries, Go module cache, ...)."""
-
-
-AUDITED_NAMESPACE = "agent-sandbox-audit"
-"""Service accounts of this namespace are audited by the local apiserver (see ``audit_log``)."""
-
-AUDIT_POLICY = f"""\
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-- level: Metadata
-  userGroups: ["system:serviceaccounts:{AUDITED_NAMESPACE}"]
-- level: None
-"""
-"""What the local apiserver audits: only requests of the service accounts of
-:data:`AUDITED_NAMESPACE` (an identity a test creates there to record a controller's API calls),
-so nothing else pays for the audit log."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def check_binaries(bin_dir: Path, names: Sequence[str]) -> None:
-    """Raise :class:`PrerequisiteError` naming every binary missing from ``bin_dir``.
-
-    Args:
-        bin_dir: Directory holding the built binaries.
-        names: Binary names to look for.
-
-    Raises:
-        PrerequisiteError: If any binary is missing.
-    """
-    missing = [n for n in names if not os.access(bin_dir / n, os.X_OK)]
-    if missing:
-        raise PrerequisiteError(
-            f"missing {', '.join(missing)} in {bin_dir}: run `nox -s testenv` "
-            "(python -m kube_agent_sandbox.testing.build)"
-        )
-
-
-def kwok_stage_files(stage_root: Path, stage_set: str = KWOK_STAGE_SET) -> list[Path]:
-    """The Stage files of one of kwok's kustomizations, read from kwok's module (not copied).
-
-    Args:
-        stage_root: ``kustomize/stage`` directory of the kwok module.
-        stage_set: Kustomization under it, e.g. ``fast``.
-
-    Returns:
-        The Stage YAML files the kustomization lists, recursively, in order.
-
-    Raises:
-        PrerequisiteError: If the kustomization is missing (kwok module not downloaded).
-    """
-
-    def resolve(directory: Path) -> list[Path]:
-        kustomization = directory / "kustomization.yaml"
-        if not kustomization.is_file():
-            raise PrerequisiteError(
-                f"kwok stages not found at {kustomization}: run `nox -s testenv`"
-            )
-        files: list[Path] = []
-        for entry in yaml.safe_load(kustomization.read_text()).get("resources") or []:
-            target = (directory / entry).resolve()
-            files += resolve(target) if target.is_dir() else [target]
-        return files
-
-    return resolve(stage_root / stage_set)
-
-
-def _https_ok(url: str, context: ssl.SSLContext) -> bool:
-    with urllib.request.urlopen(url, context=context, timeout=5) as response:
-        return bool(response.status == 200 and response.read().strip() == b"ok")
-
-
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return bool(response.status == 200)
-
-
-@dataclass
-class LocalClusterOptions:
-    """How to run the local cluster."""
-
-    #: Directory of the built binaries.
-    bin_dir: Path = field(default_factory=versions.bin_dir)
-    #: Number of kwok nodes (0 for none).
-    nodes: int = 2
-    #: CRD manifests (files or directories) installed before the controller manager starts.
-    crds: Sequence[Path] = ()
-    #: Start only etcd and kube-apiserver (enough for admission/validation tests).
-    control_plane_only: bool = False
-    #: Work directory for certificates, kubeconfigs and logs; a new temporary one when None.
-    workdir: Path | None = None
-    #: Keep the work directory after stop (it is removed otherwise when it was temporary).
-    keep_workdir: bool = False
-    #: Seconds for each component to become ready.
-    start_timeout: float = 60.0
-    #: kwok's Stage directory (``kustomize/stage`` of its module); looked up via Go when None.
-    kwok_stage_root: Path | None = None
-    #: Extra kube-apiserver flags (``--name=value`` or ``--name``), merged by name with the
-    #: harness's: a flag given here replaces the harness's flag of the same name (in its place),
-    #: a later one here replaces an earlier one, and the command line names each flag once.
-    apiserver_args: Sequence[str] = ()
-
-    def __post_init__(self) -> None:
-        """Refuse malformed ``apiserver_args`` before anything starts.
-
-        Raises:
-            TypeError: If ``apiserver_args`` is a single string.
-            ValueError: If an element is not a ``--name[=value]`` flag.
-        """
-        check_flags(self.apiserver_args, what="apiserver_args")
-
-
-class ClusterLifecycle(abc.ABC):
-    """A cluster as a context manager: ``with`` starts it, returns its access, then stops it."""
-
-    def __enter__(self) -> ClusterAccess:
-        """Start the cluster and return its access object."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the cluster."""
-        self.stop()
-
-    @abc.abstractmethod
-    def start(self) -> ClusterAccess:
-        """Start the cluster and return its access."""
-
-    @abc.abstractmethod
-    def stop(self) -> None:
-        """Stop the cluster and release what it holds."""
 
 
 class LocalCluster(ClusterLifecycle):
@@ -248,7 +105,7 @@ class LocalCluster(ClusterLifecycle):
         check_binaries(opts.bin_dir, names)
         stage_files: list[Path] = []
         if not opts.control_plane_only and opts.nodes > 0:
-            stage_files = kwok_stage_files(opts.kwok_stage_root or _kwok_stage_root())
+            stage_files = kwok_stage_files(opts.kwok_stage_root or kwok_stage_root())
         crds = [doc for source in opts.crds for doc in load_crds(source)]
 
         if opts.workdir is None:
@@ -369,23 +226,7 @@ class LocalCluster(ClusterLifecycle):
         """
         if not self._etcd_url:
             raise RuntimeError("the cluster is not started")
-
-        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-            request = urllib.request.Request(
-                f"{self._etcd_url}{path}",
-                data=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=30) as response:
-                answer: dict[str, Any] = json.loads(response.read())
-                return answer
-
-        # the v3 JSON gateway: any read returns the store's current revision in its header
-        header = post("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]
-        revision = int(header["revision"])
-        post("/v3/kv/compaction", {"revision": revision, "physical": True})
-        _log.info("compacted etcd to revision %d", revision)
-        return revision
+        return compact_etcd(self._etcd_url)
 
     def pids(self) -> list[int]:
         """Process ids of the running components."""
@@ -464,8 +305,8 @@ class LocalCluster(ClusterLifecycle):
         shm = Path("/dev/shm")
         if not (shm.is_dir() and os.access(shm, os.W_OK)):
             return self._path("etcd-data")
-        _remove_stale_etcd_dirs(shm)
-        return Path(tempfile.mkdtemp(prefix=f"{_ETCD_PREFIX}{os.getpid()}-", dir=shm))
+        remove_stale_etcd_dirs(shm)
+        return Path(tempfile.mkdtemp(prefix=f"{ETCD_PREFIX}{os.getpid()}-", dir=shm))
 
     def _start_etcd(self) -> None:
         assert self.supervisor is not None
@@ -495,7 +336,7 @@ class LocalCluster(ClusterLifecycle):
 
     def _wait_etcd_ready(self, process: ManagedProcess) -> None:
         wait_until(
-            lambda: _http_ok(f"{self._etcd_url}/health"),
+            lambda: http_ok(f"{self._etcd_url}/health"),
             timeout=self.options.start_timeout,
             what="etcd /health",
             process=process,
@@ -573,7 +414,7 @@ class LocalCluster(ClusterLifecycle):
         context = self._admin_tls
         assert context is not None
         wait_until(
-            lambda: _https_ok(f"{self.server}/readyz", context),
+            lambda: https_ok(f"{self.server}/readyz", context),
             timeout=self.options.start_timeout,
             what="kube-apiserver /readyz",
             process=process,
@@ -632,7 +473,7 @@ class LocalCluster(ClusterLifecycle):
     def _healthz_ready(self, process: ManagedProcess, port: int) -> None:
         context = self._tls_context()
         wait_until(
-            lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", context),
+            lambda: https_ok(f"https://127.0.0.1:{port}/healthz", context),
             timeout=self.options.start_timeout,
             what=f"{process.name} /healthz",
             process=process,
@@ -684,71 +525,6 @@ class LocalCluster(ClusterLifecycle):
                 "Ready",
                 timeout=self.options.start_timeout,
             )
-
-
-_ETCD_PREFIX = "agent-sandbox-etcd-"
-
-
-def _remove_stale_etcd_dirs(shm: Path) -> None:
-    """Remove etcd data dirs left in memory by clusters whose Python process was killed."""
-    for directory in shm.glob(f"{_ETCD_PREFIX}*-*"):
-        owner = directory.name.removeprefix(_ETCD_PREFIX).split("-", 1)[0]
-        if not owner.isdigit():
-            continue
-        try:
-            os.kill(int(owner), 0)
-        except ProcessLookupError:
-            _log.info("removing %s, left by dead process %s", directory, owner)
-            shutil.rmtree(directory, ignore_errors=True)
-        except PermissionError:  # alive, someone else's
-            continue
-
-
-def kwok_node(name: str) -> dict[str, Any]:
-    """A Node that kwok manages (by annotation), with room for many pods.
-
-    Args:
-        name: Node name.
-
-    Returns:
-        The Node manifest.
-    """
-    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "kubernetes.io/arch": "amd64",
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "node-role.kubernetes.io/agent": "",
-                KWOK_NODE_LABEL: KWOK_NODE_LABEL_VALUE,
-            },
-        },
-        "status": {
-            "allocatable": capacity,
-            "capacity": capacity,
-            "nodeInfo": {
-                "architecture": "amd64",
-                "kubeletVersion": "fake",
-                "kubeProxyVersion": "fake",
-                "operatingSystem": "linux",
-            },
-            "phase": "Running",
-        },
-    }
-
-
-def _kwok_stage_root() -> Path:
-    from kube_agent_sandbox.testing.build import kwok_stage_dir
-
-    try:
-        return kwok_stage_dir()
-    except Exception as err:
-        raise PrerequisiteError(f"cannot locate kwok's stages via `go env`: {err}") from err
 
 
 def main(argv: Sequence[str] | None = None) -> int:

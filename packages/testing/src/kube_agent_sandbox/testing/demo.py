@@ -35,19 +35,21 @@ from typing import TextIO
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.testing import versions
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.cluster import LocalCluster, LocalClusterOptions, free_port
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.images.catalog import BuiltImage
 from kube_agent_sandbox.testing.node.cluster import (
     RealNodeCluster,
     RealNodeClusterOptions,
     deploy_controller,
 )
-from kube_agent_sandbox.testing.node.realnode import missing_prerequisites
+from kube_agent_sandbox.testing.node.prerequisites import missing_prerequisites
 from kube_agent_sandbox.testing.node.workload import (
     SandboxHandle,
     exec_in_pod,
     sandbox_manifest,
 )
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ProcessSupervisor
 from kube_agent_sandbox.testing.waiting import ObjectRef, condition_status, wait_for_object
 

@@ -26,8 +26,8 @@ import yaml
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.gateway import rbacgen
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
-from kube_agent_sandbox.testing.cluster import free_port
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 

@@ -29,8 +29,9 @@ from typing import NoReturn
 import pytest
 
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.cluster import LocalCluster, PrerequisiteError
+from kube_agent_sandbox.testing.cluster import LocalCluster
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.prerequisites import PrerequisiteError
 from kube_agent_sandbox.testing.providers import (
     PROVIDER_ENV,
     PROVIDERS,

@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from kube_agent_sandbox.testing.access import ClusterAccess, find_kubectl, load_crds
-from kube_agent_sandbox.testing.cluster import (
-    LocalCluster,
-    LocalClusterOptions,
-    PrerequisiteError,
-)
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
+from kube_agent_sandbox.testing.prerequisites import PrerequisiteError
 
 PROVIDERS = ("local", "kind", "existing")
 PROVIDER_ENV = "AGENT_SANDBOX_CLUSTER_PROVIDER"
@@ -115,7 +113,7 @@ def _start_local(options: ProviderOptions) -> ProvidedCluster:
 def _start_local_real_node(options: ProviderOptions) -> ProvidedCluster:
     """The local control plane with one real node (see ``testing.node``), no kwok nodes."""
     from kube_agent_sandbox.testing.node.cluster import RealNodeCluster, RealNodeClusterOptions
-    from kube_agent_sandbox.testing.node.realnode import missing_prerequisites
+    from kube_agent_sandbox.testing.node.prerequisites import missing_prerequisites
 
     reasons = missing_prerequisites()
     if reasons:

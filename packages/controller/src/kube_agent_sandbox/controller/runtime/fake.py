@@ -1,7 +1,10 @@
 """An in-memory API server for unit tests of informers, controllers and reconcilers.
 
-It stays one module: :class:`FakeApi` mirrors one API server, so every verb shares its
-private store, resourceVersion counter, watch history and watchers.
+:class:`FakeApi` stays one class in this module: it mirrors one API server, so every verb
+shares its private store, resourceVersion counter, watch history and watchers. What needs none
+of that state lives in modules of its own: applying JSON patches (``jsonpatch``), matching
+label selectors (``labelselector``) and the ``Reader`` view of the store (``fakereader``, which
+reads only :meth:`FakeApi.contents`). :class:`FakeReader` is re-exported here.
 
 It implements the ``Client`` and ``ListWatcher`` protocols with the behaviour tests depend on:
 resourceVersions, optimistic concurrency (409 on a stale resourceVersion), AlreadyExists and
@@ -28,11 +31,14 @@ import builtins
 import copy
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from kube_agent_sandbox.controller.runtime.fakereader import FakeReader
+from kube_agent_sandbox.controller.runtime.jsonpatch import apply_json_patch
+from kube_agent_sandbox.controller.runtime.labelselector import label_selector_matches
 from kube_agent_sandbox.controller.runtime.mergepatch import apply_merge_patch
 from kube_agent_sandbox.controller.runtime.types import (
     ApiError,
@@ -44,6 +50,8 @@ from kube_agent_sandbox.controller.runtime.types import (
     WatchEventType,
 )
 
+__all__ = ["Call", "Defaulter", "FakeApi", "FakeReader", "Hook"]
+
 _Key = tuple[str, str]
 _CLOSE = object()
 _WRITE_VERBS = ("create", "update", "patch", "delete")
@@ -54,67 +62,6 @@ Hook = Callable[[str, Resource, str | None, str | None], None]
 
 Defaulter = Callable[[Obj], None]
 """Fills in server-set fields of a new object in place (a stand-in for admission defaults)."""
-
-
-def _json_patch(doc: Obj, ops: Sequence[Obj]) -> Obj:
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).split("/")[1:]]
-        parent: Any = doc
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        last = parts[-1]
-        kind = op["op"]
-        if kind == "test":
-            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
-            if current != op.get("value"):
-                raise ApiError(422, "Invalid", f"test failed at {op['path']}")
-        elif kind in ("add", "replace"):
-            if isinstance(parent, list):
-                if last == "-":
-                    parent.append(op["value"])
-                elif kind == "add":
-                    parent.insert(int(last), op["value"])
-                else:
-                    parent[int(last)] = op["value"]
-            else:
-                if kind == "replace" and last not in parent:
-                    raise ApiError(422, "Invalid", f"missing path {op['path']}")
-                parent[last] = op["value"]
-        elif kind == "remove":
-            if isinstance(parent, list):
-                del parent[int(last)]
-            elif last in parent:
-                del parent[last]
-            else:
-                raise ApiError(422, "Invalid", f"missing path {op['path']}")
-        else:
-            raise ApiError(422, "Invalid", f"unsupported op {kind!r}")
-    return doc
-
-
-def _selector_matches(obj: Obj, selector: str | None) -> bool:
-    if not selector:
-        return True
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    for term in selector.split(","):
-        term = term.strip()
-        if not term:
-            continue
-        if "!=" in term:
-            k, v = term.split("!=", 1)
-            if labels.get(k.strip()) == v.strip():
-                return False
-        elif "=" in term:
-            k, v = term.split("=", 1)
-            if labels.get(k.strip().rstrip("=")) != v.strip():
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
 
 
 def _conflict(resource: Resource, name: str) -> ApiError:
@@ -262,7 +209,7 @@ class FakeApi:
         ns = obj["metadata"].get("namespace") or ""
         if w.namespace and ns != w.namespace:
             return False
-        return _selector_matches(obj, w.selector)
+        return label_selector_matches(obj, w.selector)
 
     def _not_found(self, resource: Resource, name: str) -> ApiError:
         return ApiError(404, "NotFound", f'{resource.plural} "{name}" not found')
@@ -417,7 +364,7 @@ class FakeApi:
         items = [
             o
             for (ns, _), o in sorted(self._store(resource).items())
-            if (not namespace or ns == namespace) and _selector_matches(o, label_selector)
+            if (not namespace or ns == namespace) and label_selector_matches(o, label_selector)
         ]
         start = 0
         list_rv = str(self.last_rv)
@@ -539,7 +486,7 @@ class FakeApi:
         call = Call("patch", resource.plural, ns, name, sent, subresource, field_manager)
         old = self._serve(resource, call)
         if patch_type == "json":
-            new = _json_patch(old, list(patch) if not isinstance(patch, Mapping) else [])
+            new = apply_json_patch(old, list(patch) if not isinstance(patch, Mapping) else [])
         else:
             if not isinstance(patch, Mapping):
                 raise ApiError(400, "BadRequest", "patch must be an object")
@@ -618,63 +565,3 @@ class FakeApi:
         finally:
             if w in self._watchers:
                 self._watchers.remove(w)
-
-
-class FakeReader:
-    """A ``Reader`` over one resource of a :class:`FakeApi`: a cache that is always in sync.
-
-    Objects are handed out as deep copies, optionally through ``transform`` (as an informer's
-    transform would strip them); ``by_index`` raises KeyError for an index it was not given,
-    as the informer does.
-    """
-
-    def __init__(
-        self,
-        api: FakeApi,
-        resource: Resource,
-        *,
-        indexes: Mapping[str, IndexFunc] | None = None,
-        transform: Callable[[Obj], Obj] | None = None,
-    ) -> None:
-        """Read ``resource`` from ``api`` with these indexes and transform."""
-        self._api = api
-        self._resource = resource
-        self._indexes = dict(indexes or {})
-        self._transform = transform
-
-    def _view(self, obj: Obj) -> Obj:
-        view = copy.deepcopy(obj)
-        return self._transform(view) if self._transform else view
-
-    def _sorted(self) -> builtins.list[tuple[_Key, Obj]]:
-        return sorted(self._api.contents(self._resource).items(), key=lambda item: item[0])
-
-    def get(self, namespace: str, name: str) -> Obj | None:
-        """The object, or None."""
-        obj = self._api.contents(self._resource).get((namespace, name))
-        return None if obj is None else self._view(obj)
-
-    def list(
-        self, namespace: str | None = None, *, labels: Mapping[str, str] | None = None
-    ) -> builtins.list[Obj]:
-        """Objects in ``namespace`` (all when None) carrying every label in ``labels``."""
-        found = []
-        for (ns, _), obj in self._sorted():
-            if namespace is not None and ns != namespace:
-                continue
-            obj_labels = obj.get("metadata", {}).get("labels") or {}
-            if labels and any(obj_labels.get(k) != v for k, v in labels.items()):
-                continue
-            found.append(self._view(obj))
-        return found
-
-    def iterate(self, namespace: str | None = None) -> Iterator[Obj]:
-        """Objects in ``namespace`` (all when None), one at a time."""
-        for (ns, _), obj in self._sorted():
-            if namespace is None or ns == namespace:
-                yield self._view(obj)
-
-    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
-        """Objects whose ``index`` values include ``value``."""
-        func = self._indexes[index]
-        return [self._view(obj) for _, obj in self._sorted() if value in func(obj)]

@@ -40,20 +40,12 @@ class AsyncClaimCalls(AsyncObjectCalls):
         self, name: str, *, namespace: str | None = None, timeout: float = DEFAULT_READY_TIMEOUT
     ) -> Obj:
         """Watch a claim until Ready=True with a bound Sandbox (fails fast on terminal reasons)."""
-
-        def done(obj: Obj) -> bool:
-            state = readiness.claim_readiness(obj)
-            if state.failure is not None:
-                raise state.failure
-            return state.ready
-
-        return await self._wait(
+        return await self._wait_ready(
             SANDBOX_CLAIMS,
             name,
             namespace=self._ns(namespace),
             timeout=timeout,
-            done=done,
-            what="Ready",
+            readiness_of=readiness.claim_readiness,
         )
 
     async def delete_claim(

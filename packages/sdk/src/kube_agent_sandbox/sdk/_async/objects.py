@@ -215,6 +215,27 @@ class AsyncObjectCalls:
             except WatchExpiredError:
                 obj = await self._get(resource, name, namespace=namespace)
 
+    async def _wait_ready(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str,
+        timeout: float,
+        readiness_of: Callable[[Obj], readiness.Readiness],
+    ) -> Obj:
+        """Watch one object until ``readiness_of(obj)`` is ready; raise its failure at once."""
+
+        def done(obj: Obj) -> bool:
+            state = readiness_of(obj)
+            if state.failure is not None:
+                raise state.failure
+            return state.ready
+
+        return await self._wait(
+            resource, name, namespace=namespace, timeout=timeout, done=done, what="Ready"
+        )
+
     async def _wait_gone(
         self, resource: Resource, name: str, *, namespace: str, timeout: float
     ) -> None:

@@ -73,15 +73,12 @@ class AsyncSandboxCalls(AsyncObjectCalls):
             SandboxDeletedError: deleted while waiting.
             NotFoundError: no such Sandbox.
         """
-
-        def done(obj: Obj) -> bool:
-            state = readiness.sandbox_readiness(obj)
-            if state.failure is not None:
-                raise state.failure
-            return state.ready
-
-        return await self._wait(
-            SANDBOXES, name, namespace=self._ns(namespace), timeout=timeout, done=done, what="Ready"
+        return await self._wait_ready(
+            SANDBOXES,
+            name,
+            namespace=self._ns(namespace),
+            timeout=timeout,
+            readiness_of=readiness.sandbox_readiness,
         )
 
     async def delete(

@@ -39,20 +39,12 @@ class ClaimCalls(ObjectCalls):
         self, name: str, *, namespace: str | None = None, timeout: float = DEFAULT_READY_TIMEOUT
     ) -> Obj:
         """Watch a claim until Ready=True with a bound Sandbox (fails fast on terminal reasons)."""
-
-        def done(obj: Obj) -> bool:
-            state = readiness.claim_readiness(obj)
-            if state.failure is not None:
-                raise state.failure
-            return state.ready
-
-        return self._wait(
+        return self._wait_ready(
             SANDBOX_CLAIMS,
             name,
             namespace=self._ns(namespace),
             timeout=timeout,
-            done=done,
-            what="Ready",
+            readiness_of=readiness.claim_readiness,
         )
 
     def delete_claim(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 from kube_agent_sandbox.sdk import execproto
-from kube_agent_sandbox.sdk._sync.exec import STDIN_CHUNK, ExecCalls
+from kube_agent_sandbox.sdk._sync.exec import STDIN_CHUNK, ExecCalls, ExecSession
 from kube_agent_sandbox.sdk.errors import ExecFailedError, ExecTimeoutError, NotFoundError
 from kube_agent_sandbox.sdk.execproto import ExecResult, FileEntry
 
@@ -63,24 +63,13 @@ class FileCalls(ExecCalls):
         sink: Callable[[int, bytes], None],
     ) -> ExecResult:
         deadline = None if timeout is None else time.monotonic() + timeout
-        err: list[bytes] = []
         with self.exec_session(name, command, namespace=namespace) as session:
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise ExecTimeoutError(f"{command!r} still running after {timeout:g}s")
-                try:
-                    chunk = session.read(remaining)
-                except TimeoutError:
-                    continue
-                if chunk is None:
-                    break
-                if chunk[0] == execproto.STDERR:
-                    err.append(chunk[1])
-                sink(chunk[0], chunk[1])
+            err = _read_to_end(
+                session, deadline=deadline, timeout=timeout, running=f"{command!r}", sink=sink
+            )
         if session.exit_code is None:
             raise ExecFailedError(f"exec stream of {command!r} ended without an exit status")
-        return ExecResult(session.exit_code, b"", b"".join(err))
+        return ExecResult(session.exit_code, b"", err)
 
     def write_file(
         self,
@@ -113,7 +102,6 @@ class FileCalls(ExecCalls):
             total = size
         command = ["sh", "-c", execproto.WRITE_SCRIPT, "sh", str(total), path]
         deadline = None if timeout is None else time.monotonic() + timeout
-        err: list[bytes] = []
         with self.exec_session(name, command, namespace=namespace, stdin=True) as session:
             if stream is None:
                 session.write(bytes(content))  # type: ignore[arg-type]
@@ -121,21 +109,12 @@ class FileCalls(ExecCalls):
                 while chunk := stream.read(STDIN_CHUNK):
                     session.write(chunk)
             session.close_stdin()
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise ExecTimeoutError(f"writing {path} still running after {timeout:g}s")
-                try:
-                    chunk_read = session.read(remaining)
-                except TimeoutError:
-                    continue
-                if chunk_read is None:
-                    break
-                if chunk_read[0] == execproto.STDERR:
-                    err.append(chunk_read[1])
+            err = _read_to_end(
+                session, deadline=deadline, timeout=timeout, running=f"writing {path}"
+            )
         code = session.exit_code
         if code != 0:
-            message = b"".join(err).decode("utf-8", "replace").strip()
+            message = err.decode("utf-8", "replace").strip()
             raise ExecFailedError(f"cannot write {path}: {message or f'exit code {code}'}")
 
     def list_files(
@@ -185,6 +164,36 @@ class FileCalls(ExecCalls):
         result = self.exec(name, command, namespace=namespace, timeout=timeout)
         if result.exit_code != 0:
             raise ExecFailedError(f"cannot delete {path}: {result.stderr.strip()}")
+
+
+def _read_to_end(
+    session: ExecSession,
+    *,
+    deadline: float | None,
+    timeout: float | None,
+    running: str,
+    sink: Callable[[int, bytes], None] | None = None,
+) -> bytes:
+    """Read ``session`` until its streams end, passing each chunk to ``sink``; return stderr.
+
+    Raises:
+        ExecTimeoutError: ``deadline`` passed first (``running`` names what was running).
+    """
+    err: list[bytes] = []
+    while True:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise ExecTimeoutError(f"{running} still running after {timeout:g}s")
+        try:
+            chunk = session.read(remaining)
+        except TimeoutError:
+            continue
+        if chunk is None:
+            return b"".join(err)
+        if chunk[0] == execproto.STDERR:
+            err.append(chunk[1])
+        if sink is not None:
+            sink(chunk[0], chunk[1])
 
 
 def _check_file_result(result: ExecResult, path: str) -> None:

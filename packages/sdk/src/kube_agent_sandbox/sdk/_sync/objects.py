@@ -214,6 +214,27 @@ class ObjectCalls:
             except WatchExpiredError:
                 obj = self._get(resource, name, namespace=namespace)
 
+    def _wait_ready(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str,
+        timeout: float,
+        readiness_of: Callable[[Obj], readiness.Readiness],
+    ) -> Obj:
+        """Watch one object until ``readiness_of(obj)`` is ready; raise its failure at once."""
+
+        def done(obj: Obj) -> bool:
+            state = readiness_of(obj)
+            if state.failure is not None:
+                raise state.failure
+            return state.ready
+
+        return self._wait(
+            resource, name, namespace=namespace, timeout=timeout, done=done, what="Ready"
+        )
+
     def _wait_gone(self, resource: Resource, name: str, *, namespace: str, timeout: float) -> None:
         try:
             self._wait(

@@ -72,15 +72,12 @@ class SandboxCalls(ObjectCalls):
             SandboxDeletedError: deleted while waiting.
             NotFoundError: no such Sandbox.
         """
-
-        def done(obj: Obj) -> bool:
-            state = readiness.sandbox_readiness(obj)
-            if state.failure is not None:
-                raise state.failure
-            return state.ready
-
-        return self._wait(
-            SANDBOXES, name, namespace=self._ns(namespace), timeout=timeout, done=done, what="Ready"
+        return self._wait_ready(
+            SANDBOXES,
+            name,
+            namespace=self._ns(namespace),
+            timeout=timeout,
+            readiness_of=readiness.sandbox_readiness,
         )
 
     def delete(

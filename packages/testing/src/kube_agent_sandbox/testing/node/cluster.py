@@ -19,9 +19,11 @@ from typing import Any
 import yaml
 
 from kube_agent_sandbox.testing.access import ClusterAccess, KubectlError
-from kube_agent_sandbox.testing.cluster import ClusterLifecycle, LocalCluster, LocalClusterOptions
+from kube_agent_sandbox.testing.cluster import LocalCluster
+from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.images.catalog import BuiltImage
 from kube_agent_sandbox.testing.images.controller import controller_image
+from kube_agent_sandbox.testing.lifecycle import ClusterLifecycle
 from kube_agent_sandbox.testing.node.realnode import RealNode, RealNodeOptions
 
 _log = logging.getLogger(__name__)

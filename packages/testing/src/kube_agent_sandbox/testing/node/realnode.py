@@ -1,7 +1,9 @@
 """A real node joined to the local control plane: the hook between the node and the cluster.
 
-It stays one module: :class:`RealNode` is one class whose ``prepare``, ``start`` and ``stop``
-share the private network, CA, processes and working directory of one node.
+:class:`RealNode` stays one class in this module: its ``prepare``, ``start`` and ``stop``
+share the private network, CA, processes and working directory of one node. What needs no
+node's state lives apart: the check of the host's prerequisites (``prerequisites``) and the
+clean-up after dead nodes (``leftovers``).
 
 Use it in two steps around :class:`~kube_agent_sandbox.testing.cluster.LocalCluster`::
 
@@ -21,9 +23,7 @@ its apiserver URL and an admin kubeconfig (:class:`ControlPlane`).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
-import os
 import shutil
 import socket
 import subprocess
@@ -64,27 +64,20 @@ from kube_agent_sandbox.testing.node.kubeproxy import (
     kube_proxy_command,
     render_kube_proxy_config,
 )
+from kube_agent_sandbox.testing.node.leftovers import (
+    WORKDIR_PREFIX,
+    remove_kubepods_cgroups,
+    sweep_leftovers,
+)
 from kube_agent_sandbox.testing.node.lock import MachineLock
 from kube_agent_sandbox.testing.node.network import HostNetworkSetup, NodeNetwork
+from kube_agent_sandbox.testing.node.prerequisites import find_cni_bin_dir, missing_prerequisites
 from kube_agent_sandbox.testing.node.storage import HostPathProvisioner
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition
 
 _log = logging.getLogger(__name__)
 
-#: Programs the real node needs on the host, with the Debian package that provides each.
-HOST_PROGRAMS = {
-    "containerd": "containerd",
-    "ctr": "containerd",
-    "containerd-shim-runc-v2": "containerd",
-    "runc": "runc",
-    "ip": "iproute2",
-    "iptables": "iptables",
-    "iptables-restore": "iptables",
-    "debootstrap": "debootstrap",
-}
-CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
-CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 #: RuntimeClass name -> containerd runtime handler.
 RUNTIME_CLASSES = {DEFAULT_RUNTIME: DEFAULT_RUNTIME, ALTERNATE_RUNTIME: ALTERNATE_RUNTIME}
 
@@ -103,47 +96,6 @@ class ControlPlane(Protocol):
     def kubeconfig_for(self, user: str, *, groups: Sequence[str] = (), path: Path) -> Path:
         """Write a client-certificate kubeconfig for ``user`` in ``groups``."""
         ...
-
-
-def find_cni_bin_dir() -> Path | None:
-    """The folder holding the CNI plugins the node uses, if any."""
-    for folder in CNI_BIN_DIRS:
-        if all((folder / plugin).is_file() for plugin in CNI_PLUGINS):
-            return folder
-    return None
-
-
-def missing_prerequisites(bin_dir: Path | None = None) -> list[str]:
-    """Everything missing for a real node on this machine, as readable reasons.
-
-    Args:
-        bin_dir: Folder of the built Kubernetes binaries (the pinned one when None).
-
-    Returns:
-        One line per missing thing; empty when the node can start.
-    """
-    reasons: list[str] = []
-    if os.geteuid() != 0:
-        reasons.append("a real node needs root (containers, bridges, iptables, cgroups)")
-    for program, package in HOST_PROGRAMS.items():
-        if shutil.which(program) is None:
-            reasons.append(f"{program} not found (apt-get install {package})")
-    if find_cni_bin_dir() is None:
-        reasons.append(
-            f"CNI plugins {', '.join(CNI_PLUGINS)} not found in "
-            f"{' or '.join(map(str, CNI_BIN_DIRS))} (apt-get install containernetworking-plugins)"
-        )
-    if shutil.which("go") is None:
-        reasons.append("go not found (it compiles the pod sandbox image)")
-    folder = bin_dir or versions.bin_dir()
-    for name in versions.NODE_BINARIES:
-        if not os.access(folder / name, os.X_OK):
-            reasons.append(
-                f"{folder / name} missing (python -m kube_agent_sandbox.testing.build --with-node)"
-            )
-    if not Path("/proc/sys/net/bridge").is_dir():
-        reasons.append("the kernel lacks bridge netfilter (/proc/sys/net/bridge)")
-    return reasons
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
@@ -527,7 +479,7 @@ class RealNode:
             ("containerd", self._stop_containerd),
             ("mounts", self._unmount),
             ("network", self._network.teardown),
-            ("cgroups", _remove_kubepods_cgroups),
+            ("cgroups", remove_kubepods_cgroups),
             ("workdir", self._remove_workdir),
         ]
         spent: dict[str, float] = {}
@@ -590,56 +542,3 @@ class RealNode:
         if self._tmp and not self.options.keep_workdir and self.workdir != Path():
             shutil.rmtree(self.workdir, ignore_errors=True)
             self._tmp = False
-
-
-WORKDIR_PREFIX = "asb-node-"
-
-
-def sweep_leftovers(bin_dir: Path, *, tmp_root: Path = Path("/tmp")) -> None:
-    """Clean up after real nodes whose harness died without stopping them.
-
-    Called with the machine lock held, so no other node is running: containers still running
-    from an earlier work folder are killed (through runc's state there), their shims too, its
-    mounts released, and kube-proxy's iptables rules removed. The folders themselves stay (they
-    hold the dead run's logs).
-
-    Args:
-        bin_dir: Folder of kube-proxy (for ``--cleanup``).
-        tmp_root: Where temporary work folders are created.
-    """
-    swept = False
-    for folder in sorted(tmp_root.glob(f"{WORKDIR_PREFIX}*")):
-        layout = ContainerdLayout(folder / "containerd")
-        if not layout.runc_root.is_dir():
-            continue
-        stale = Containerd(
-            layout,
-            ContainerdSettings(sandbox_image="unused:0"),
-            supervisor=ProcessSupervisor(folder / "sweep-logs", die_with_parent=False),
-        )
-        stale.remove_all_containers()
-        stale.kill_leftover_shims()
-        unmount_below(folder)
-        swept = True
-    kube_proxy = bin_dir / "kube-proxy"
-    if swept and os.access(kube_proxy, os.X_OK):
-        subprocess.run(
-            kube_proxy_cleanup_command(kube_proxy), capture_output=True, timeout=60, check=False
-        )
-
-
-def _remove_kubepods_cgroups() -> None:
-    """Remove the (now empty) pod cgroups the kubelet created in every v1 hierarchy."""
-    root = Path("/sys/fs/cgroup")
-    with contextlib.suppress(OSError):
-        for hierarchy in root.iterdir():
-            top = hierarchy / "kubepods"
-            if not top.is_dir():
-                continue
-            for folder in sorted(
-                (p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-            ):
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-            with contextlib.suppress(OSError):
-                top.rmdir()

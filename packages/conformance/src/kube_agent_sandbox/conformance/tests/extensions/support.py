@@ -262,3 +262,33 @@ def sandboxes_controlled_by(kube: Kube, namespace: str, uid: str) -> list[Obj]:
 def names(objs: Sequence[Mapping[str, Any]]) -> set[str]:
     """The names of some objects."""
     return {o["metadata"]["name"] for o in objs}
+
+
+def selector_of(pool: str) -> str:
+    """``status.selector`` of a pool (§4.2.1 step 7)."""
+    return f"agents.x-k8s.io/warm-pool-sandbox={m.name_hash(pool)}"
+
+
+def pool_status(kube: Kube, namespace: str, pool: str) -> Obj:
+    """The pool's status (empty when absent)."""
+    status: Obj = kube.get(EXT_API, "SandboxWarmPool", pool, namespace).get("status") or {}
+    return status
+
+
+def wait_status(kube: Kube, namespace: str, pool: str, **want: object) -> Obj:
+    """Wait until the pool status has the given values (0 also matches an absent count)."""
+
+    def matches(obj: Obj | None) -> bool:
+        status = (obj or {}).get("status") or {}
+        for key, value in want.items():
+            got = status.get(key)
+            if got != value and not (value == 0 and got is None):
+                return False
+        return True
+
+    found = kube.wait_for(
+        EXT_API, "SandboxWarmPool", pool, namespace, matches, what=f"pool status {want}"
+    )
+    assert found is not None
+    status: Obj = found["status"]
+    return status
