@@ -1,10 +1,12 @@
-"""Spec §4.2: the SandboxWarmPool controller keeps `spec.replicas` warm Sandboxes.
+"""The SandboxWarmPool controller keeps `spec.replicas` warm Sandboxes.
 
 Observable contract: members are Sandboxes named `<pool>-xxxxx`, shaped by the blueprint of
-§4.2.2 (labels, annotations, controller ref, secure pod defaults of §4); the status counts
-members and Ready members and carries the selector and observedGeneration (delta §4.1); the
-scale subresource reads and writes `spec.replicas`; template changes replace members at once
-under `Recreate` and only on replenishment under `OnReplenish` (§4.2.3).
+buildSandboxCR (labels, annotations, controller ref, secure pod defaults); the status counts
+members and Ready members and carries the selector and observedGeneration; the scale subresource
+reads and writes `spec.replicas`; template changes replace members at once under `Recreate` and
+only on replenishment under `OnReplenish` (filterActiveSandboxes). Function names are those of
+upstream v0.5.6 extensions/controllers/sandboxwarmpool_controller.go; see
+docs/concepts/warm-pools.md.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from kube_agent_sandbox.conformance.tests.extensions import support as s
 
 
 def selector_of(pool: str) -> str:
-    """``status.selector`` of a pool (§4.2.1 step 7)."""
+    """``status.selector`` of a pool."""
     return f"agents.x-k8s.io/warm-pool-sandbox={m.name_hash(pool)}"
 
 
