@@ -1,10 +1,11 @@
 """Upstream e2e scenarios that need real containers: retained expiry of a finished pod, PVCs.
 
-Spec section 8.1: TestSandboxRetainedExpiryPreservesFinishedCondition (a pod that exits 0
-before ``shutdownTime``; the Retain expiry must keep the ``Finished`` condition) and
-TestSandboxVolumeClaimTemplates (a claim template gives a provisioned PVC owned by the Sandbox
-and mounted by its pod). The existing lifecycle suite mounts a claim but never checks its
-owner, tracking label or the pod's claimName, hence the second test here.
+Upstream v0.5.6 test/e2e/shutdown_test.go: TestSandboxRetainedExpiryPreservesFinishedCondition
+(a pod that exits 0 before ``shutdownTime``; the Retain expiry must keep the ``Finished``
+condition) and test/e2e/volumeclaimtemplate_test.go: TestSandboxVolumeClaimTemplates (a claim
+template gives a provisioned PVC owned by the Sandbox and mounted by its pod). The existing
+lifecycle suite mounts a claim but never checks its owner, tracking label or the pod's
+claimName, hence the second test here.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def test_name_hash_is_eight_lower_hex_digits_for_non_ascii() -> None:
         (constants.REASON_DEPENDENCIES_READY, "DependenciesReady"),
         (constants.REASON_ENV_VARS_INJECTION_REJECTED, "EnvVarsInjectionRejected"),
         (constants.CONDITION_SUSPENDED, "Suspended"),
-        # Added by upstream v0.5.5/v0.5.6 (delta section 2).
+        # Added by upstream v0.5.5/v0.5.6 (api/v1beta1/sandbox_types.go).
         (constants.CONDITION_POD_SCHEDULED, "PodScheduled"),
         (constants.REASON_POD_SCHEDULED, "PodScheduled"),
         (constants.REASON_POD_SCHEDULING_UNKNOWN, "PodSchedulingUnknown"),

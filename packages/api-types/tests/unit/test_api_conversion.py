@@ -1,6 +1,8 @@
-"""Table tests for v1alpha1 <-> v1beta1 conversion: every rule of spec section 1.7.
+"""Table tests for v1alpha1 <-> v1beta1 conversion: every rule of upstream v0.5.6's
+``*_conversion.go`` files.
 
-Includes the cases of upstream's conversion unit tests (spec section 8.6): Sandbox replicas
+Includes the cases of upstream's conversion unit tests (upstream v0.5.6
+``*_conversion_test.go``): Sandbox replicas
 nil/1/0 both ways and from a hub without state, the SandboxClaim warm-pool derivation table and
 its hub-only table, the template policy annotation, and warm pool replicas.
 """

@@ -472,7 +472,7 @@ def test_unknown_class_keyword_is_a_type_error() -> None:
             pass
 
 
-# --- SandboxWarmPool status.observedGeneration (upstream v0.5.6, delta 1.1) ---------------------
+# --- SandboxWarmPool status.observedGeneration (upstream v0.5.6 sandboxwarmpool_types.go) -------
 
 _POOL_SPEC: dict[str, Any] = {"sandboxTemplateRef": {"name": "t"}}
 

@@ -2,7 +2,8 @@
 
 ``kubectl apply -k manifests/ --dry-run=server`` runs every object through the API server's
 admission and validation (CRDs, RBAC, Deployment, Services) without changing the cluster; the
-built objects are then checked for the deployment shape of spec section 6.4, and the
+built objects are then checked for the deployment shape of upstream v0.5.6 k8s/controller.yaml
+(docs/reference/deployment.md), and the
 Deployment's arguments are parsed by the controller's own flag parser.
 """
 

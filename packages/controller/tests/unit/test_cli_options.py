@@ -1,4 +1,7 @@
-"""Every flag of upstream's controller (spec 5.1): name, default, Go syntax, validation."""
+"""Every flag of upstream's controller: name, default, Go syntax, validation.
+
+See docs/reference/controller-flags.md.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from kube_agent_sandbox.controller.config import (
 )
 from kube_agent_sandbox.controller.goflag import FlagError
 
-# (flag, attribute, upstream default) straight from spec section 5.1.
+# (flag, attribute, upstream default) straight from upstream v0.5.6
+# cmd/agent-sandbox-controller/main.go.
 UPSTREAM_FLAGS: list[tuple[str, str, Any]] = [
     ("version", "version", False),
     ("extensions", "extensions", False),
@@ -56,7 +60,7 @@ UPSTREAM_FLAGS: list[tuple[str, str, Any]] = [
     ("webhook-namespace", "webhook_namespace", "agent-sandbox-system"),
     ("manage-webhook-certs", "manage_webhook_certs", True),
     ("kubeconfig", "kubeconfig", ""),
-    # Added up to v0.5.6 (delta section 6); durations are held in seconds.
+    # Added up to v0.5.6 (cmd/agent-sandbox-controller/main.go); durations are held in seconds.
     ("sandbox-write-behind-window", "sandbox_write_behind_window", 0.0),
     ("sandbox-warm-pool-replenish-delay", "sandbox_warm_pool_replenish_delay", 0.0),
     ("sandbox-warm-pool-max-refill-rate", "sandbox_warm_pool_max_refill_rate", 0.0),
@@ -334,7 +338,7 @@ def test_pprof_debug_implies_pprof() -> None:
     assert parse_args([]).pprof_enabled is False
 
 
-# --- v0.5.6 duration and rate flags (delta section 6) -------------------------------------------
+# --- v0.5.6 duration and rate flags (docs/reference/controller-flags.md) --------------------------
 
 
 @pytest.mark.parametrize(

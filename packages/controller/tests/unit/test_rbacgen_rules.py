@@ -218,7 +218,7 @@ def test_find_rbac_dir(tmp_path: Path) -> None:
         rbacgen.find_rbac_dir(Path("/"))
 
 
-# --- what the generated core ClusterRole grants, against spec 6.1 -------------------------------
+# --- the generated core ClusterRole against upstream v0.5.6 k8s/rbac.generated.yaml ---------------
 
 
 def _core_atoms() -> set[tuple[str, str, tuple[str, ...], str]]:
@@ -249,7 +249,7 @@ def test_core_role_grants_what_the_controller_uses() -> None:
 
 
 def test_core_role_is_narrower_than_upstream_where_documented() -> None:
-    """Deliberate differences from spec 6.1 (docs/reference/rbac.md)."""
+    """Deliberate differences from upstream's k8s/rbac.generated.yaml (docs/reference/rbac.md)."""
     atoms = _core_atoms()
     # Leases: no list/watch/patch, and get/update only on our Lease.
     assert not {a for a in atoms if a[1] == "leases" and a[3] in ("list", "watch", "patch")}

@@ -1,4 +1,7 @@
-"""Env injection into a cold-started Sandbox's pod spec: policies, targets, texts (4.3.3)."""
+"""Env injection into a cold-started Sandbox's pod spec: policies, targets, texts.
+
+Upstream v0.5.6 extensions/controllers/sandboxclaim_controller.go, injectEnvs.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claim expiry, shutdown policy and the strict RFC 3339 parser (spec 4.3.1 step 5, 4.3.7)."""
+"""Claim expiry, shutdown policy and the strict RFC 3339 parser (docs/concepts/claims.md)."""
 
 from __future__ import annotations
 

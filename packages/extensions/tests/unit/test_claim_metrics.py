@@ -1,4 +1,7 @@
-"""Claim metrics: names, buckets, help texts, label resolution and skip rules (5.2, delta 7)."""
+"""Claim metrics: names, buckets, help texts, label resolution and skip rules.
+
+Upstream v0.5.6 internal/metrics/metrics.go; docs/concepts/claims.md, Metrics.
+"""
 
 from __future__ import annotations
 

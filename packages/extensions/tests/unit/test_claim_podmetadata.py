@@ -1,4 +1,7 @@
-"""additionalPodMetadata validation and the "no overrides" merge, with upstream's texts (4.3.4)."""
+"""additionalPodMetadata validation and the "no overrides" merge, with upstream's texts.
+
+Upstream v0.5.6 extensions/controllers/sandboxclaim_controller.go, validateAdditionalPodMetadata.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Volume claim templates of a cold-started Sandbox: validation, policies, texts (4.3.3)."""
+"""Volume claim templates of a cold-started Sandbox: validation, policies, texts.
+
+Upstream v0.5.6 extensions/controllers/sandboxclaim_controller.go, mergeVolumeClaimTemplates.
+"""
 
 from __future__ import annotations
 

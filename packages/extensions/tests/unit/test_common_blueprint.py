@@ -1,4 +1,8 @@
-"""Secure defaults, template hashes and the semantic blueprint comparison (spec 4, 4.2.4)."""
+"""Secure defaults, template hashes and the semantic blueprint comparison.
+
+See docs/concepts/templates.md and upstream v0.5.6: extensions/controllers/utils.go
+ApplySandboxSecureDefaults and extensions/controllers/sandboxwarmpool_controller.go isSandboxStale.
+"""
 
 from __future__ import annotations
 

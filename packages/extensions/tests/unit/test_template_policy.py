@@ -1,4 +1,8 @@
-"""The template's NetworkPolicy as pure data: name, management and desired spec (spec 4.1)."""
+"""The template's NetworkPolicy as pure data: name, management and desired spec.
+
+Upstream v0.5.6 extensions/controllers/sandboxtemplate_controller.go, Reconcile and
+buildDefaultNetworkPolicySpec; docs/concepts/templates.md.
+"""
 
 from __future__ import annotations
 

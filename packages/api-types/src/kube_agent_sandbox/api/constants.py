@@ -61,7 +61,7 @@ ANNOTATION_CREATION_LATENCY_RECORDED: Final = "agents.x-k8s.io/creation-latency-
 ANNOTATION_TRACE_CONTEXT: Final = "opentelemetry.io/trace-context"
 ANNOTATION_SAFE_TO_EVICT: Final = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
-# Conversion round-trip and migration annotations (spec section 1.7).
+# Conversion round-trip and migration annotations (upstream v0.5.6 *_conversion.go files).
 ANNOTATION_V1ALPHA1_SANDBOX_STATE: Final = "api.agents.x-k8s.io/v1alpha1-sandbox-state"
 ANNOTATION_V1ALPHA1_SANDBOXCLAIM_STATE: Final = "api.agents.x-k8s.io/v1alpha1-sandboxclaim-state"
 ANNOTATION_V1ALPHA1_SANDBOXTEMPLATE_STATE: Final = (
@@ -77,10 +77,10 @@ ANNOTATION_STORAGE_MIGRATED_AT: Final = "agents.x-k8s.io/storage-migrated-at"
 
 SHADOW_POOL_PREFIX: Final = "shadow-pool-"
 
-# --- Enum values used by conversion (spec sections 1.2-1.7) ------------------------------------
+# --- Enum values used by conversion (docs/reference/api.md) ---------------------------------------
 OPERATING_MODE_RUNNING: Final = "Running"
 OPERATING_MODE_SUSPENDED: Final = "Suspended"
-# Sandbox spec.shutdownPolicy (spec section 1.2): what happens to an expired Sandbox.
+# Sandbox spec.shutdownPolicy: what happens to an expired Sandbox (docs/concepts/lifecycle.md).
 SHUTDOWN_POLICY_DELETE: Final = "Delete"
 SHUTDOWN_POLICY_RETAIN: Final = "Retain"
 # v1alpha1 SandboxClaim spec.warmpool: these two (and "") mean "no specific pool".

@@ -18,7 +18,9 @@ NAME_HASH_LABEL = "agents.x-k8s.io/sandbox-name-hash"
 
 
 def name_hash(name: str) -> str:
-    """``NameHash``: 32-bit FNV-1a of the UTF-8 bytes, as 8 lowercase hex digits (spec §0).
+    """``NameHash``: 32-bit FNV-1a of the UTF-8 bytes, as 8 lowercase hex digits.
+
+    Upstream v0.5.6 controllers/sandbox_controller.go, NameHash.
 
     Args:
         name: The object name.

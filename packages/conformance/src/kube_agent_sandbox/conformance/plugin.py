@@ -77,9 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Declare the markers and start collecting results."""
-    config.addinivalue_line("markers", "core: core profile (Sandbox controller, spec section 3)")
+    config.addinivalue_line("markers", "core: core profile (Sandbox controller)")
     config.addinivalue_line(
-        "markers", "extensions: extensions profile (template, warm pool, claim; spec section 4)"
+        "markers", "extensions: extensions profile (template, warm pool, claim)"
     )
     config.addinivalue_line("markers", "real_node: needs a real node (containers that run)")
     config.addinivalue_line(

@@ -1,7 +1,8 @@
 """Conversion between the v1alpha1 and v1beta1 versions of the four Agent Sandbox kinds.
 
 Pure functions on decoded JSON, shared by the controller's conversion webhook and by tests.
-v1beta1 is the hub; each kind's module documents its rules (spec section 1.7). Working on
+v1beta1 is the hub; each kind's module documents its rules (and names
+upstream v0.5.6's ``*_conversion.go`` file it follows). Working on
 dicts rather than models keeps every field the converter does not know about, as the API
 server's own storage round trip would.
 

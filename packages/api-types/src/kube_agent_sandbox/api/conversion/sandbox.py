@@ -1,11 +1,11 @@
 """Sandbox conversion: v1alpha1 ``spec.replicas`` (0 or 1) <-> v1beta1 ``spec.operatingMode``.
 
-Rules (spec section 1.7): alpha->beta maps ``replicas == 0`` to ``Suspended`` and anything else
-(absent or 1) to ``Running``, drops ``status.replicas`` and leaves ``status.nodeName`` empty, and
-stores the whole v1alpha1 object in the state annotation. beta->alpha maps ``Suspended`` to
-``replicas: 0`` and everything else to 1, sets ``status.replicas`` to the same best-effort
-value, and when the state annotation is present (it is removed) restores ``spec.replicas`` and
-``status.replicas`` from it.
+Rules (upstream v0.5.6 api/v1alpha1/sandbox_conversion.go): alpha->beta maps ``replicas == 0``
+to ``Suspended`` and anything else (absent or 1) to ``Running``, drops ``status.replicas`` and
+leaves ``status.nodeName`` empty, and stores the whole v1alpha1 object in the state annotation.
+beta->alpha maps ``Suspended`` to ``replicas: 0`` and everything else to 1, sets
+``status.replicas`` to the same best-effort value, and when the state annotation is present (it
+is removed) restores ``spec.replicas`` and ``status.replicas`` from it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """SandboxClaim conversion: v1alpha1 template + warm pool policy <-> v1beta1 ``warmPoolRef``.
 
-alpha->beta derives ``spec.warmPoolRef.name`` (spec section 1.7):
+alpha->beta derives ``spec.warmPoolRef.name`` (upstream v0.5.6
+extensions/api/v1alpha1/sandboxclaim_conversion.go):
 
 1. ``spec.warmpool`` names a specific pool (not ``""``, ``"none"``, ``"default"``) -> that name;
 2. else, if the claim was warm-started (``status.sandbox.name`` set and different from the

@@ -4,7 +4,8 @@ v1alpha1 has no ``volumeClaimTemplatesPolicy``. beta->alpha moves a non-empty va
 annotation ``api.agents.x-k8s.io/v1beta1-volume-claim-templates-policy`` (and removes that
 annotation when the value is empty); alpha->beta validates, consumes and removes it. Every other
 field is copied. The v1alpha1 state annotation is written on alpha->beta and stripped, never
-read, on beta->alpha (spec section 1.7).
+read, on beta->alpha (upstream v0.5.6
+extensions/api/v1alpha1/sandboxtemplate_conversion.go).
 """
 
 from __future__ import annotations

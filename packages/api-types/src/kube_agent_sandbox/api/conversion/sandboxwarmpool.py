@@ -1,12 +1,13 @@
 """SandboxWarmPool conversion: ``spec.replicas`` (required in v1alpha1) and the v1beta1-only
 ``status.observedGeneration``.
 
-alpha->beta copies ``replicas`` (an absent value is Go's zero, 0) and records the v1alpha1
-state annotation; beta->alpha maps an absent ``replicas`` to 1 and strips the state annotation
-without reading it (spec section 1.7). ``updateStrategy``, ``sandboxTemplateRef`` and the
-status counts and selector are copied unchanged. ``status.observedGeneration`` (upstream
-v0.5.6, delta 1.1) exists only in v1beta1: it is dropped when read as v1alpha1, and a status
-written through v1alpha1 carries none (0, omitted).
+alpha->beta copies ``replicas`` (an absent value is Go's zero, 0) and records the v1alpha1 state
+annotation; beta->alpha maps an absent ``replicas`` to 1 and strips the state annotation without
+reading it (upstream v0.5.6 extensions/api/v1alpha1/sandboxwarmpool_conversion.go).
+``updateStrategy``, ``sandboxTemplateRef`` and the status counts and selector are copied
+unchanged. ``status.observedGeneration`` (upstream v0.5.6
+extensions/api/v1beta1/sandboxwarmpool_types.go) exists only in v1beta1: it is dropped when read
+as v1alpha1, and a status written through v1alpha1 carries none (0, omitted).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sandbox, agents.x-k8s.io/v1alpha1 (served, deprecated; spec section 1.6).
+"""Sandbox, agents.x-k8s.io/v1alpha1 (served, deprecated; docs/reference/api.md).
 
 Differs from v1beta1: ``replicas`` (0 or 1) instead of ``operatingMode``, no immutability rule on
 volumeClaimTemplates, ``status.replicas`` instead of ``status.nodeName``, a scale subresource and

@@ -1,4 +1,4 @@
-"""SandboxClaim, extensions.agents.x-k8s.io/v1alpha1 (served, deprecated; spec section 1.6).
+"""SandboxClaim, extensions.agents.x-k8s.io/v1alpha1 (served, deprecated; docs/reference/api.md).
 
 Selects a template directly (``sandboxTemplateRef``) plus a ``warmpool`` policy string instead
 of v1beta1's ``warmPoolRef``, and has no ``volumeClaimTemplates``.

@@ -1,4 +1,4 @@
-"""SandboxTemplate, extensions.agents.x-k8s.io/v1alpha1 (served, deprecated; spec section 1.6).
+"""SandboxTemplate, extensions.agents.x-k8s.io/v1alpha1 (served, deprecated; docs/reference/api.md).
 
 Same as v1beta1 without ``volumeClaimTemplatesPolicy``.
 """

@@ -1,4 +1,4 @@
-"""SandboxWarmPool, extensions.agents.x-k8s.io/v1alpha1 (served, deprecated; spec section 1.6).
+"""SandboxWarmPool, extensions.agents.x-k8s.io/v1alpha1 (served, deprecated; docs/reference/api.md).
 
 Same as v1beta1 except that ``replicas`` is required and has no default, and that the status
 has no ``observedGeneration`` (upstream v0.5.6 added it to v1beta1 only; conversion drops it).

@@ -1,4 +1,4 @@
-"""Building blocks shared by the v1beta1 kinds (spec section 1.1).
+"""Building blocks shared by the v1beta1 kinds (docs/reference/api.md).
 
 ``SandboxBlueprint`` is what a Sandbox and a SandboxTemplate both describe (pod template,
 volume claim templates, service); the other classes are its parts.

@@ -1,4 +1,4 @@
-"""Sandbox, agents.x-k8s.io/v1beta1 (storage version; spec section 1.2)."""
+"""Sandbox, agents.x-k8s.io/v1beta1 (storage version; docs/concepts/sandbox.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SandboxClaim, extensions.agents.x-k8s.io/v1beta1 (storage version; spec section 1.5)."""
+"""SandboxClaim, extensions.agents.x-k8s.io/v1beta1 (storage version; docs/concepts/claims.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""SandboxTemplate, extensions.agents.x-k8s.io/v1beta1 (storage version; spec section 1.3)."""
+"""SandboxTemplate, extensions.agents.x-k8s.io/v1beta1 (storage version).
+
+See docs/concepts/templates.md.
+"""
 
 from __future__ import annotations
 

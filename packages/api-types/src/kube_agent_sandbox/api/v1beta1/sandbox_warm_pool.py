@@ -1,4 +1,7 @@
-"""SandboxWarmPool, extensions.agents.x-k8s.io/v1beta1 (storage version; spec section 1.4)."""
+"""SandboxWarmPool, extensions.agents.x-k8s.io/v1beta1 (storage version).
+
+See docs/concepts/warm-pools.md.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Opt-in coalescing of recoverable Pod metadata writes (``--sandbox-write-behind-window``).
 
-Upstream v0.5.5 (#1252, delta section 3.3): when the window is > 0, the label/annotation merge
-patch of a Pod the Sandbox already controls is not sent at once. The pass that first sees the
-drift skips the patch and asks to be requeued when the window ends; passes in between skip it
-too; the first pass at or after the deadline sends one patch, recomputed from the cache. The
-workqueue's de-duplication does the coalescing, so only *when* a drift was first seen is kept
-here (no payload): losing it on a restart just starts the window again.
+Upstream v0.5.5 (controllers/writebehind_requeue.go in v0.5.6): when the window is > 0, the
+label/annotation merge patch of a Pod the Sandbox already controls is not sent at once. The pass
+that first sees the drift skips the patch and asks to be requeued when the window ends; passes
+in between skip it too; the first pass at or after the deadline sends one patch, recomputed from
+the cache. The workqueue's de-duplication does the coalescing, so only *when* a drift was first
+seen is kept here (no payload): losing it on a restart just starts the window again.
 
 The window is capped at :data:`POD_PATCH_BOUND` (1 s): the same patch strips the
 ``cluster-autoscaler.kubernetes.io/safe-to-evict`` annotation after a warm adoption, and that

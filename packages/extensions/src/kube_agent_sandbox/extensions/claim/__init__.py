@@ -1,1 +1,4 @@
-"""The SandboxClaim controller: binds claims to warm or freshly created Sandboxes (spec 4.3)."""
+"""The SandboxClaim controller: binds claims to warm or freshly created Sandboxes.
+
+See docs/concepts/claims.md.
+"""

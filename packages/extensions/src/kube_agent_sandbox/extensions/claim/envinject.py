@@ -1,4 +1,6 @@
-"""Injection of a claim's ``spec.env`` into the pod spec of its cold-started Sandbox (4.3.3).
+"""Injection of a claim's ``spec.env`` into the pod spec of its cold-started Sandbox.
+
+Mirrors upstream v0.5.6 extensions/controllers/sandboxclaim_controller.go, injectEnvs.
 
 The template decides whether claims may add variables (``Allowed``), also replace the
 template's (``Overrides``) or neither (``Disallowed`` / unset). Two failure kinds exist because

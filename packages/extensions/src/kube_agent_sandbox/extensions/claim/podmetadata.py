@@ -1,4 +1,7 @@
-"""Validation and merge of a claim's ``additionalPodMetadata`` (spec 4.3.4).
+"""Validation and merge of a claim's ``additionalPodMetadata`` (docs/concepts/claims.md).
+
+Upstream v0.5.6 extensions/controllers/sandboxclaim_controller.go, validateAdditionalPodMetadata
+and mergePodMetadata.
 
 Claims may put labels and annotations on their Sandbox's pod, but must not opt the pod into
 policy domains they do not own (labels: strict allow-list of domains) nor spoof system

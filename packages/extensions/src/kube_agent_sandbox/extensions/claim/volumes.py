@@ -1,4 +1,7 @@
-"""The volume claim templates of a cold-started Sandbox: template's, claim's, or both (4.3.3).
+"""The volume claim templates of a cold-started Sandbox: template's, claim's, or both.
+
+Mirrors upstream v0.5.6 extensions/controllers/sandboxclaim_controller.go,
+mergeVolumeClaimTemplates and validateVolumeClaimTemplates.
 
 The template's ``volumeClaimTemplatesPolicy`` decides whether a claim may bring its own
 templates (``Allowed``: only new names; ``Overrides``: may also replace the template's by name;

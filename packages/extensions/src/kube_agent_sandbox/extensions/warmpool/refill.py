@@ -1,4 +1,7 @@
-"""Refill shaping per pool: the replenish hold and the token-bucket refill rate (delta 4.3).
+"""Refill shaping per pool: the replenish hold and the token-bucket refill rate.
+
+Upstream v0.5.6 extensions/controllers/sandboxwarmpool_controller.go, takeRefillTokens and
+observeMembersForReplenish; docs/concepts/warm-pools.md.
 
 Both are in-memory and per pool, like upstream: lost on restart and dropped with the pool.
 The clock is injectable (monotonic seconds) so tests can step time exactly.

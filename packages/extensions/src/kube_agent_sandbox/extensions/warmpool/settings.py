@@ -1,4 +1,4 @@
-"""The warm pool controller's flags as one frozen value (spec 4.2.1, delta 4.2-4.3).
+"""The warm pool controller's flags as one frozen value (docs/concepts/warm-pools.md, Flags).
 
 Kept apart from the reconciler so the defaults that stand in for zero or negative flags are
 read in one place by every step of a pass.

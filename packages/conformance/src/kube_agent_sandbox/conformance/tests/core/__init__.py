@@ -1,1 +1,1 @@
-"""Core profile: the Sandbox controller (spec section 3), on any nodes."""
+"""Core profile: the Sandbox controller, on any nodes (docs/guides/conformance.md)."""

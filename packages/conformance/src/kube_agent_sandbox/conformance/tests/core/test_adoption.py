@@ -1,4 +1,4 @@
-"""Spec §3.3, §3.4, §3.5, §3.7, §3.8: adoption of pods, PVCs and Services that exist first."""
+"""Adoption of pods, PVCs and Services that exist first."""
 
 from __future__ import annotations
 

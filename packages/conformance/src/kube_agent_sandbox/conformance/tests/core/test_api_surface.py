@@ -1,4 +1,4 @@
-"""Spec §1 (table), §1.2, §1.6: the Sandbox CRD as served — versions, subresources, printer
+"""The Sandbox CRD as served — versions, subresources, printer
 columns (from the CRD and as a server-side Table) and schema validation of bad input."""
 
 from __future__ import annotations

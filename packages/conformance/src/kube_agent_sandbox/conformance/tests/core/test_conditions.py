@@ -1,4 +1,4 @@
-"""Spec §3.2, §3.7 and delta §3.1: status fields and the Suspended/PodScheduled/Ready conditions."""
+"""Status fields and the Suspended/PodScheduled/Ready conditions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spec §3.6, §3.1 step 6-7, §3.7 and delta §3.1: ``shutdownTime`` expiry and its policies."""
+"""``shutdownTime`` expiry and its policies."""
 
 from __future__ import annotations
 

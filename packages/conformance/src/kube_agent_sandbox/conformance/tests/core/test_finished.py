@@ -1,4 +1,4 @@
-"""Spec §3.7 (Finished, Ready), §3.9: a pod that reached a terminal phase.
+"""Finished and Ready of a pod that reached a terminal phase.
 
 Without real containers (kwok nodes) nothing ever exits, so this test plays the kubelet: it
 writes the terminal phase into the pod's status, as a kubelet reports a container that exited.

@@ -1,4 +1,4 @@
-"""Spec §3.8, §3.3 (Suspended mode), §3.7 and delta §3.1: suspend and resume a Sandbox."""
+"""Suspend and resume a Sandbox."""
 
 from __future__ import annotations
 

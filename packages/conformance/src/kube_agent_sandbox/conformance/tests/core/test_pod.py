@@ -1,4 +1,4 @@
-"""Spec §3.3, §3.3.1, §3.9: the Sandbox's pod — name, owner, labels, annotations, spec."""
+"""The Sandbox's pod — name, owner, labels, annotations, spec."""
 
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ def test_deleted_pod_is_replaced_with_the_same_name(
     suspended = m.condition(sandbox, "Suspended")
     assert suspended is not None
     assert (suspended["status"], suspended["reason"]) == ("False", "NotSuspended")
-    # §3.7: LTT moves only on a status flip; a lost pod does not flip Suspended.
+    # LTT moves only on a status flip; a lost pod does not flip Suspended.
     assert suspended["lastTransitionTime"] == before["lastTransitionTime"]
 
 

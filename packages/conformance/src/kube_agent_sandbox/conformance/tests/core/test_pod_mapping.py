@@ -1,4 +1,4 @@
-"""Delta §3.2: strict Sandbox→Pod mapping — the owner UID decides, ambiguity fails closed."""
+"""Strict Sandbox→Pod mapping — the owner UID decides, ambiguity fails closed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spec §3.5 and §2.6: the headless Service — created only on request, named, selecting the pod."""
+"""The headless Service — created only on request, named, selecting the pod."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spec §1.6, §1.7: reads and writes through both served versions (v1alpha1 ⇄ v1beta1)."""
+"""Reads and writes through both served versions (v1alpha1 ⇄ v1beta1)."""
 
 from __future__ import annotations
 
@@ -121,8 +121,9 @@ def test_v1alpha1_scale_subresource(kube: Kube, namespace: str, workload_image: 
     scale = kube.get(SANDBOX_ALPHA_API, "Sandbox", "scaled", namespace, subresource="scale")
     assert scale["kind"] == "Scale"
     assert scale["spec"]["replicas"] == 1
-    # status.replicas is "best effort" (§1.7: restored from the state annotation written at
-    # creation when the object came in through v1alpha1), so it is not checked here.
+    # status.replicas is "best effort" (restored from the state annotation written at creation
+    # when the object came in through v1alpha1; upstream v0.5.6 api/v1alpha1/sandbox_conversion.go),
+    # so it is not checked here.
     assert scale["status"]["selector"] == ready["status"]["selector"]
     kube.patch(
         SANDBOX_ALPHA_API,

@@ -1,4 +1,4 @@
-"""Spec §3.4, §3.3 (volumes) and §1.2 (immutability): PVCs from ``volumeClaimTemplates``."""
+"""PVCs from ``volumeClaimTemplates``."""
 
 from __future__ import annotations
 

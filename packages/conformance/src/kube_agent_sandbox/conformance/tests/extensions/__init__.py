@@ -1,1 +1,4 @@
-"""Extensions profile: SandboxTemplate, SandboxWarmPool, SandboxClaim (spec section 4)."""
+"""Extensions profile: SandboxTemplate, SandboxWarmPool, SandboxClaim.
+
+See docs/guides/conformance.md.
+"""

@@ -36,7 +36,7 @@ SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 
 def owner(kind: str, obj: Mapping[str, Any], api_version: str = EXT_API) -> Obj:
-    """The controller ownerReference the spec prescribes (§0 "controller ref") to ``obj``."""
+    """The controller ownerReference (``controller: true``) to ``obj``."""
     return {
         "apiVersion": api_version,
         "kind": kind,
@@ -207,7 +207,10 @@ def image_of(sandbox: Mapping[str, Any]) -> str:
 
 
 def system_keys(values: Mapping[str, str]) -> set[str]:
-    """The keys under the system-reserved ``agents.x-k8s.io/`` prefix (§2.1)."""
+    """The keys under the system-reserved ``agents.x-k8s.io/`` prefix.
+
+    See docs/concepts/compatibility.md.
+    """
     return {k for k in values if k.startswith("agents.x-k8s.io/")}
 
 
@@ -265,7 +268,7 @@ def names(objs: Sequence[Mapping[str, Any]]) -> set[str]:
 
 
 def selector_of(pool: str) -> str:
-    """``status.selector`` of a pool (§4.2.1 step 7)."""
+    """``status.selector`` of a pool."""
     return f"agents.x-k8s.io/warm-pool-sandbox={m.name_hash(pool)}"
 
 

@@ -1,11 +1,12 @@
-"""Spec §4.3: how a SandboxClaim gets its Sandbox, and the status that reports it.
+"""How a SandboxClaim gets its Sandbox, and the status that reports it.
 
 Observable contract: without a warm member a claim gets a cold Sandbox named like itself
-(§4.3.3 createSandbox); with one it adopts the member (§4.3.5), which leaves the pool; every
-claim owns exactly one Sandbox and every Sandbox at most one claim; the claim's Ready condition
-is the Sandbox's, with the claim's generation (delta §5.2); errors are reported with the
-reasons and messages of §4.3.6; a template or pool created later is picked up at once
-(delta §5.1, §4.3 watches).
+(createSandbox); with one it adopts the member (adoptSandboxFromCandidates), which leaves the
+pool; every claim owns exactly one Sandbox and every Sandbox at most one claim; the claim's
+Ready condition is the Sandbox's, with the claim's generation; errors are reported with the
+reasons and messages of computeReadyCondition; a template or pool created later is picked up at
+once (SetupWithManager's watches). Function names are those of upstream v0.5.6
+extensions/controllers/sandboxclaim_controller.go; see docs/concepts/claims.md.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ PICK_UP = 30.0
 
 
 def assert_forwarded_ready(claim: Obj, sandbox: Obj) -> None:
-    """The claim's Ready copies the Sandbox's Ready, with the claim's generation (delta §5.2)."""
+    """The claim's Ready copies the Sandbox's Ready, with the claim's generation."""
     ready, source = m.condition(claim, "Ready"), m.condition(sandbox, "Ready")
     assert ready is not None
     assert source is not None
@@ -86,7 +87,7 @@ def test_cold_start_without_warm_members(kube: Kube, namespace: str, settings: S
     assert event["note"] == 'Created Sandbox "cold-claim"'
     assert event["reportingController"] == "sandboxclaim-controller"
 
-    # The pod gets the template-ref-hash label but never the claim-uid (system prefix, §4.3.4).
+    # The pod gets the template-ref-hash label but never the claim-uid (system prefix).
     pod = kube.wait_for(
         "v1",
         "Pod",

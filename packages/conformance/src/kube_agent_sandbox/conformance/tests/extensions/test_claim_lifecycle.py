@@ -1,9 +1,10 @@
-"""Spec §4.3.1 steps 5-8 and §4.3.7: claim expiry and its shutdown policies.
+"""Claim expiry and its shutdown policies.
 
 Observable contract: `spec.lifecycle.shutdownPolicy` defaults to `Retain` when a lifecycle is
 given; the claim's lifecycle is not copied to its Sandbox; at `shutdownTime` the claim's Ready
 becomes False/`ClaimExpired` with an event, then `Retain` deletes the Sandbox and keeps the
 claim, `Delete`/`DeleteForeground` delete the claim (and with it the Sandbox).
+See docs/concepts/claims.md, Lifecycle.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Spec §4.3.1-§4.3.3, §4.3.6, delta §5.6: what a claim keeps doing after it is bound.
+"""What a claim keeps doing after it is bound.
 
 Observable contract: pod metadata changes of the claim or its template flow to the bound
 Sandbox and its pod in place, pod spec changes of the template do not; a deleted Sandbox is
@@ -138,7 +138,7 @@ def test_template_metadata_flows_to_bound_sandboxes_but_pod_spec_does_not(
             }
         },
     )
-    # Template updates are not watched by the claim controller (only creations, delta 5.1):
+    # Template updates are not watched by the claim controller (only creations):
     # the change is applied on the claim's next reconcile, which a claim update triggers.
     kube.patch(
         s.EXT_API, "SandboxClaim", "claim", namespace, {"metadata": {"labels": {"poke": "1"}}}

@@ -1,4 +1,4 @@
-"""Spec §4.3.3-§4.3.4: what a claim may add to its Sandbox — env, pod metadata, volumes.
+"""What a claim may add to its Sandbox — env, pod metadata, volumes.
 
 Observable contract: the template's `envVarsInjectionPolicy` decides whether `spec.env` is
 refused, appended or allowed to override (and env forces a cold start);
@@ -279,7 +279,7 @@ def test_invalid_pod_metadata_is_refused(
     message: str,
     exact: bool,
 ) -> None:
-    """Each rule of §4.3.4 refuses with reason InvalidMetadata and the spec's message."""
+    """Each rule of validateAdditionalPodMetadata refuses with InvalidMetadata and its message."""
     s.create_template(kube, namespace, "tpl", image=settings.image)
     s.create_pool(kube, namespace, "pool", "tpl", replicas=0)
     s.create_claim(kube, namespace, "bad", "pool", additionalPodMetadata=metadata)

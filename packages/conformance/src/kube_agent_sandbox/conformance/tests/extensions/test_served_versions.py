@@ -1,8 +1,8 @@
-"""Spec §1.6-§1.7 (and delta §1.1): the extension kinds through both served versions.
+"""The extension kinds through both served versions.
 
 Observable contract: v1alpha1 and v1beta1 of SandboxTemplate, SandboxWarmPool and
 SandboxClaim are served; v1alpha1 answers carry the deprecation warning; objects written
-through one version read back through the other as §1.7's conversion rules say (template
+through one version read back through the other as upstream v0.5.6's conversion rules say (template
 policy annotation, pool replicas, claim `warmpool`/`sandboxTemplateRef` <-> `warmPoolRef`),
 the pool status read as v1alpha1 has no observedGeneration; and the controller serves objects
 written through v1alpha1.
@@ -28,7 +28,7 @@ CLAIM_STATE_ANNOTATION = "api.agents.x-k8s.io/v1alpha1-sandboxclaim-state"
 
 
 def deprecation(kind: str) -> str:
-    """The v1alpha1 deprecation warning of ``kind`` (§1)."""
+    """The v1alpha1 deprecation warning of ``kind``."""
     return (
         f"extensions.agents.x-k8s.io/v1alpha1 {kind} is deprecated; use "
         f"extensions.agents.x-k8s.io/v1beta1 {kind} instead"

@@ -1,4 +1,4 @@
-"""Spec §4.1: the SandboxTemplate controller manages one NetworkPolicy per template.
+"""The SandboxTemplate controller manages one NetworkPolicy per template.
 
 Observable contract: the template is labelled with its own name hash; in `Managed` mode (the
 default) a NetworkPolicy `<template>-network-policy` controlled by the template selects the
@@ -22,7 +22,7 @@ NP_API = "networking.k8s.io/v1"
 
 
 def default_policy(template: str) -> dict[str, Any]:
-    """The default secure policy of §4.1 step 6 for ``template``."""
+    """The default secure policy (buildDefaultNetworkPolicySpec) for ``template``."""
     return {
         "podSelector": {
             "matchLabels": {"agents.x-k8s.io/sandbox-template-ref-hash": m.name_hash(template)}

@@ -1,11 +1,12 @@
-"""Spec §4.2: the SandboxWarmPool controller keeps `spec.replicas` warm Sandboxes.
+"""The SandboxWarmPool controller keeps `spec.replicas` warm Sandboxes.
 
 Observable contract: members are Sandboxes named `<pool>-xxxxx`, shaped by the blueprint of
-§4.2.2 (labels, annotations, controller ref, secure pod defaults of §4); the status counts
-members and Ready members and carries the selector and observedGeneration (delta §4.1); the
-scale subresource reads and writes `spec.replicas`, and scaling down picks members that are not
-Ready, then the newest. How template changes and strays reach the members (§4.2.3, §4.2.4) is
-in ``test_warm_pool_members.py``.
+buildSandboxCR (labels, annotations, controller ref, secure pod defaults); the status counts
+members and Ready members and carries the selector and observedGeneration; the scale subresource
+reads and writes `spec.replicas`, and scaling down picks members that are not Ready, then the
+newest. How template changes and strays reach the members is in ``test_warm_pool_members.py``.
+Function names are those of upstream v0.5.6 extensions/controllers/sandboxwarmpool_controller.go;
+see docs/concepts/warm-pools.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""Spec §4.2.3, §4.2.4: which Sandboxes are a SandboxWarmPool's members, when they are replaced.
+"""Which Sandboxes are a SandboxWarmPool's members, and when they are replaced.
 
 Observable contract: template changes replace members at once under `Recreate` (pod spec
 changes and a switch of template, not pod metadata) and only on replenishment under
 `OnReplenish`; a member that lost its launch-type label gets it back; an ownerless Sandbox
 carrying the pool's labels is adopted when it matches the template and replaced when it does
 not, while one controlled by another object is left alone; deleting the template leaves the
-members. Replicas, status and scaling are in ``test_warm_pool.py``.
+members. Replicas, status and scaling are in ``test_warm_pool.py``. Function names are those
+of upstream v0.5.6 extensions/controllers/sandboxwarmpool_controller.go (filterActiveSandboxes);
+see docs/concepts/warm-pools.md.
 """
 
 from __future__ import annotations

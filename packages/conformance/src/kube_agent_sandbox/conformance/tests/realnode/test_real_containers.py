@@ -1,9 +1,11 @@
-"""Real-node profile: Sandbox conditions driven by containers that really run (spec §3.7, §3.8).
+"""Real-node profile: Sandbox conditions driven by containers that really run.
+
+See docs/concepts/lifecycle.md.
 
 On simulated nodes pods become Ready by decree; here the kubelet decides. So this profile checks
-what only a real node can show: readiness from an exec probe (§3.7 Ready messages), `Finished`
-from a container that exits (§3.7 Finished, §2.3), data on a PVC across suspend and resume
-(§3.4, §3.8), and the claim's mirrored `Finished` and TTL expiry (§4.3.6, §4.3.7).
+what only a real node can show: readiness from an exec probe (Ready messages), `Finished` from a
+container that exits, data on a PVC across suspend and resume, and the claim's mirrored
+`Finished` and TTL expiry.
 """
 
 from __future__ import annotations
