@@ -85,7 +85,7 @@ def test_client_settings_follow_flags() -> None:
     client = _client(parse_args(["--kube-api-qps=5", "--kube-api-burst=7", "--api-connections=3"]))
     assert client.bucket.unlimited is False
     assert client.pool_count == 3
-    assert client._max_connections == 100  # per pool
+    assert client._max_connections == 32  # per pool
     assert client._separate_watch_pool is False
     watched = _client(parse_args(["--separate-watch-connection"]))
     assert watched.pool_count == 1
