@@ -94,11 +94,19 @@ class _Index:
             await asyncio.sleep(0.5)
 
 
+class _NoActivity:
+    """The gateway's activity tracker, which this test does not run (no heartbeat Leases)."""
+
+    def keepalive(self, record: Any) -> None:
+        return None
+
+
 @dataclass
 class _State:
     api: ApiClient
     index: _Index
     options: Any = field(default_factory=lambda: type("O", (), {"default_timeout_seconds": 300}))
+    activity: _NoActivity = field(default_factory=_NoActivity)
     inits: int = 0
 
     async def init_sandbox(self, record: Any, *, env_vars: Any) -> bool:

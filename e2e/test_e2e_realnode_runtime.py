@@ -89,7 +89,9 @@ def test_a_runtime_class_without_a_handler_on_the_node_never_starts_the_pod(
             events.stop()  # type: ignore[no-untyped-call]
         assert "no-such-handler" in message
 
-        sandbox = handle.get()
+        # The status is written asynchronously (progress before Ready within at most
+        # --sandbox-status-coalesce-window): wait for the condition instead of reading once.
+        sandbox = handle.wait_condition("Ready", status="False", timeout=30)
         ready = {c["type"]: c for c in sandbox["status"]["conditions"]}["Ready"]
         assert ready["status"] == "False"
         assert ready["reason"] == "DependenciesNotReady"
