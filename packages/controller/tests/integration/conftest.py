@@ -19,10 +19,13 @@ if _HERE not in sys.path:
 from sandbox_controller_runner import start_sandbox_controller  # noqa: E402
 
 from kube_agent_sandbox.controller.config import ControllerOptions  # noqa: E402
+from kube_agent_sandbox.testing.access import ClusterAccess  # noqa: E402
 from kube_agent_sandbox.testing.controller_runner import (  # noqa: E402
     ControllerRunner,
     RunningController,
 )
+from kube_agent_sandbox.testing.helm import Helm, find_helm  # noqa: E402
+from kube_agent_sandbox.testing.plugin import unavailable  # noqa: E402
 
 
 @pytest.fixture
@@ -46,3 +49,12 @@ def sandbox_controller(
         options=options,
         name="sandbox",
     )
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory, cluster: ClusterAccess) -> Helm:
+    """The pinned helm, talking to the test cluster."""
+    binary = find_helm()
+    if binary is None:
+        unavailable("helm not found: run `nox -s testenv -- --only helm` (or put helm on PATH)")
+    return Helm(binary, state_dir=tmp_path_factory.mktemp("helm"), kubeconfig=cluster.kubeconfig)
