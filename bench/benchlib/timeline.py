@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 MARKS: Final = ("sent", "pod created", "pod scheduled", "pod ready", "sandbox ready")
 """The stamps of one Sandbox, in the order they normally happen."""
+
+Apply = Callable[[str, Mapping[str, Any], float], None]
+"""What a watch event means for the timelines: (event type, object, monotonic time)."""
 
 SEGMENTS: Final = (
     ("controller: create Pod", "sent", "pod created"),
@@ -149,7 +152,7 @@ class Timelines:
         page = await self.client.list(resource, self.namespace, limit=1)
         return str((page.get("metadata") or {}).get("resourceVersion") or "")
 
-    async def _follow(self, resource: Resource, rv: str, apply: Any) -> None:
+    async def _follow(self, resource: Resource, rv: str, apply: Apply) -> None:
         while True:
             try:
                 async for event in self.client.watch(
