@@ -72,6 +72,23 @@ def _apply(sandbox: dict[str, Any], **kwargs: Any) -> dict[str, dict[str, Any]]:
     }
 
 
+class TestBoundedMessage:
+    def test_message_at_the_limit_is_kept_whole(self) -> None:
+        cond = new_condition("A", "False", "R", "m" * 32768, observed_generation=0)
+        assert cond["message"] == "m" * 32768
+
+    def test_message_over_the_limit_is_cut_and_marked(self) -> None:
+        cond = new_condition("A", "False", "R", "m" * 32769, observed_generation=0)
+        assert cond["message"] == "m" * 32765 + "..."
+
+    def test_multibyte_message_is_cut_on_a_character_boundary_within_the_bytes(self) -> None:
+        # 3-byte characters: the byte limit, not the character count, decides.
+        cond = new_condition("A", "False", "R", "\u20ac" * 20000, observed_generation=0)
+        encoded = cond["message"].encode()
+        assert len(encoded) <= 32768
+        assert cond["message"] == "\u20ac" * ((32768 - 3) // 3) + "..."
+
+
 class TestSetStatusCondition:
     def test_new_type_is_appended_with_now(self) -> None:
         conditions: list[dict[str, Any]] = [

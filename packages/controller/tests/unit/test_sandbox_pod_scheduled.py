@@ -197,7 +197,8 @@ class TestValuesTheCrdWouldRefuse:
         pod = _pod(_scheduled("False", "Unschedulable", "m" * 40000))
         cond = compute_pod_scheduled(_sandbox(), pod, pod_failed=False)
         assert cond is not None
-        assert len(cond["message"]) == 32768
+        assert len(cond["message"].encode()) == 32768
+        assert cond["message"].endswith("...")
 
 
 class TestOrderRemovalAndTransitions:

@@ -87,6 +87,15 @@ def test_error_rows(error: ClaimError, reason: str, message: str) -> None:
     }
 
 
+def test_error_quoting_an_oversized_field_still_fits_the_condition() -> None:
+    # A 422 about a 300 kB annotation quotes the annotation; the Ready write must still pass.
+    error = ReconcilerError("422 Invalid: metadata.annotations: Too long: " + "a" * 300_000)
+    ready = compute_ready(CLAIM, sandbox=_sandbox(), error=error, expired=False)
+    assert ready["message"].startswith("Error seen: 422 Invalid: metadata.annotations")
+    assert ready["message"].endswith("...")
+    assert len(ready["message"].encode()) == 32768
+
+
 def test_expired_missing_expired_sandbox_forwarded_and_not_ready_rows() -> None:
     expired = compute_ready(CLAIM, sandbox=_sandbox(), error=None, expired=True)
     assert (expired["reason"], expired["message"]) == (

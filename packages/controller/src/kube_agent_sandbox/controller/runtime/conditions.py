@@ -17,6 +17,22 @@ TRUE: Final = "True"
 FALSE: Final = "False"
 UNKNOWN: Final = "Unknown"
 
+MESSAGE_LIMIT: Final = 32768
+"""metav1.Condition's message limit; the API server refuses the whole status write above it."""
+
+
+def bounded_message(message: str) -> str:
+    """``message`` cut to :data:`MESSAGE_LIMIT` UTF-8 bytes, ending in ``...`` when it was cut.
+
+    Messages often quote an API error, and an error about an oversized field quotes the field:
+    without the bound, one hostile annotation would keep a status from ever being written.
+    Bytes bound both readings of the limit (characters and bytes).
+    """
+    encoded = message.encode()
+    if len(encoded) <= MESSAGE_LIMIT:
+        return message
+    return encoded[: MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
+
 
 def format_time(moment: dt.datetime) -> str:
     """Render a time the way metav1.Time serialises: RFC 3339, UTC, whole seconds."""
@@ -31,7 +47,7 @@ def new_condition(
     if observed_generation:
         cond["observedGeneration"] = observed_generation
     cond["reason"] = reason
-    cond["message"] = message
+    cond["message"] = bounded_message(message)
     return cond
 
 

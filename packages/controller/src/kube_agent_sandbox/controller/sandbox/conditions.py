@@ -32,7 +32,6 @@ _CONDITION_STATUSES = frozenset({TRUE, FALSE, UNKNOWN})
 # metav1.Condition validation (the CRD's condition schema): a reason the API server accepts.
 _REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _REASON_MAX = 1024
-_MESSAGE_MAX = 32768
 
 
 def _generation(sandbox: Obj) -> int:
@@ -155,7 +154,7 @@ def compute_pod_scheduled(sandbox: Obj, pod: Obj | None, *, pod_failed: bool) ->
         reason = str(cond.get("reason") or "")
         if len(reason) > _REASON_MAX or not _REASON_PATTERN.match(reason):
             reason = c.REASON_POD_SCHEDULED if status == TRUE else c.REASON_POD_SCHEDULING_UNKNOWN
-        message = str(cond.get("message") or "")[:_MESSAGE_MAX]
+        message = str(cond.get("message") or "")  # new_condition bounds it
         return new_condition(
             c.CONDITION_POD_SCHEDULED, status, reason, message, observed_generation=gen
         )
