@@ -26,10 +26,8 @@ def stop_tracemalloc() -> Iterator[None]:
 
 @pytest.fixture
 async def base_url() -> AsyncIterator[str]:
-    web_app = metrics_app(RuntimeMetrics().registry)
-    for path, handler in profiling_handlers(debug=True).items():
-        web_app.router.add_get(path, handler)
-    server = HttpServer("127.0.0.1", 0, web_app)
+    routes = metrics_app(RuntimeMetrics().registry) | profiling_handlers(debug=True)
+    server = HttpServer("127.0.0.1", 0, routes)
     await server.start()
     try:
         yield f"http://127.0.0.1:{server.port}"

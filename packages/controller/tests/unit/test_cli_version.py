@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import platform
 import re
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from kube_agent_sandbox.controller import __version__
 from kube_agent_sandbox.controller import version as v
 from kube_agent_sandbox.controller.version import BuildInfo
 
@@ -119,3 +121,15 @@ def test_build_info_gauge() -> None:
         "platform": "linux/amd64",
     }
     assert sample.endswith(" 1.0")
+
+
+def test_package_version_matches_the_installed_distribution() -> None:
+    # build_info reads __version__ rather than the metadata; a release bump must move both.
+    assert __version__ == metadata.version(v.DISTRIBUTION)
+
+
+def test_build_info_without_environment_reports_the_package_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AGENT_SANDBOX_VERSION", raising=False)
+    assert v.build_info().version == __version__

@@ -6,11 +6,10 @@ import socket
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from kube_agent_sandbox.controller import config
 from kube_agent_sandbox.controller.runtime import BindAddress, parse_bind_address
-from kube_agent_sandbox.controller.runtime.servers import HttpServer
+from kube_agent_sandbox.controller.runtime.servers import HttpRequest, HttpResponse, HttpServer
 
 
 @pytest.mark.parametrize(
@@ -64,8 +63,8 @@ def test_config_uses_the_same_parser() -> None:
     assert config.BindAddress is BindAddress
 
 
-async def _pong(_: web.Request) -> web.Response:
-    return web.Response(text="pong")
+async def _pong(_: HttpRequest) -> HttpResponse:
+    return HttpResponse("pong")
 
 
 def _free_port() -> int:
@@ -78,9 +77,7 @@ async def test_port_only_listens_on_every_interface() -> None:
     address = parse_bind_address(f":{_free_port()}")
     assert address is not None
     assert address.host is None
-    app = web.Application()
-    app.router.add_get("/ping", _pong)
-    server = HttpServer(address.host, address.port, app)
+    server = HttpServer(address.host, address.port, {"/ping": _pong})
     await server.start()
     try:
         hosts = ["127.0.0.1"] + (["[::1]"] if socket.has_ipv6 and _has_ipv6_loopback() else [])

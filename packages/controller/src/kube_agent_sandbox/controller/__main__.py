@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from kube_agent_sandbox.controller.cli import main
+from kube_agent_sandbox.controller.launcher import main
 
 if __name__ == "__main__":
     sys.exit(main())

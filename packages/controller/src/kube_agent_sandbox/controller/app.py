@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller import tracing
@@ -46,7 +46,10 @@ from kube_agent_sandbox.controller.runtime import ConfigError as ClusterConfigEr
 from kube_agent_sandbox.controller.sandbox import plugin as sandbox_plugin
 from kube_agent_sandbox.controller.version import register_build_info
 from kube_agent_sandbox.controller.webhook.crds import patch_conversion_webhooks
-from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
+
+if TYPE_CHECKING:
+    # aiohttp.web (2 MiB) is loaded only when the webhook is enabled (prepare_webhook).
+    from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
 
 __all__ = [
     "SERVICE_ACCOUNT_NAMESPACE_FILE",
@@ -252,6 +255,8 @@ async def prepare_webhook(
             ) from err
     # controller-runtime's webhook server treats port 0 as "unset" and uses 9443.
     port = options.webhook_port or 9443
+    from kube_agent_sandbox.controller.webhook.server import ConversionWebhookServer
+
     return ConversionWebhookServer(cert_file, key_file, port=port)
 
 

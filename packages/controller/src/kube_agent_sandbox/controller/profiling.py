@@ -26,16 +26,13 @@ import sys
 import threading
 import traceback
 import tracemalloc
-from collections.abc import Awaitable, Callable
 from typing import Final
 
-from aiohttp import web
+from kube_agent_sandbox.controller.runtime import HttpHandler, HttpRequest, HttpResponse
 
 __all__ = ["DEFAULT_SECONDS", "MAX_SECONDS", "profiling_handlers"]
 
 logger = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 DEFAULT_SECONDS: Final = 30
 MAX_SECONDS: Final = 300
@@ -46,7 +43,7 @@ _recording: set[int] = set()
 """Non-empty while a CPU profile is being recorded (one at a time per process)."""
 
 
-def profiling_handlers(*, debug: bool) -> dict[str, Handler]:
+def profiling_handlers(*, debug: bool) -> dict[str, HttpHandler]:
     """The handlers to mount on the metrics server.
 
     Args:
@@ -56,7 +53,7 @@ def profiling_handlers(*, debug: bool) -> dict[str, Handler]:
     Returns:
         Path to handler.
     """
-    handlers: dict[str, Handler] = {"/debug/pprof/profile": _profile}
+    handlers: dict[str, HttpHandler] = {"/debug/pprof/profile": _profile}
     if debug:
         if not tracemalloc.is_tracing():
             tracemalloc.start(TRACEMALLOC_FRAMES)
@@ -69,28 +66,31 @@ def profiling_handlers(*, debug: bool) -> dict[str, Handler]:
     return handlers
 
 
-def _seconds(request: web.Request) -> int:
+def _seconds(request: HttpRequest) -> int | HttpResponse:
+    """The ``seconds`` parameter, or the 400 answer to a bad one."""
     raw = request.query.get("seconds", str(DEFAULT_SECONDS))
     try:
         seconds = int(raw)
     except ValueError:
-        raise web.HTTPBadRequest(text=f"invalid seconds {raw!r}\n") from None
+        return HttpResponse(f"invalid seconds {raw!r}\n", 400)
     if not 1 <= seconds <= MAX_SECONDS:
-        raise web.HTTPBadRequest(text=f"seconds must be in 1..{MAX_SECONDS}\n")
+        return HttpResponse(f"seconds must be in 1..{MAX_SECONDS}\n", 400)
     return seconds
 
 
-async def _profile(request: web.Request) -> web.StreamResponse:
+async def _profile(request: HttpRequest) -> HttpResponse:
     seconds = _seconds(request)
+    if isinstance(seconds, HttpResponse):
+        return seconds
     if _recording:
-        raise web.HTTPConflict(text="a profile is already being recorded\n")
+        return HttpResponse("a profile is already being recorded\n", 409)
     _recording.add(1)
     try:
         profiler = cProfile.Profile()
         try:
             profiler.enable()
         except ValueError as err:  # another profiler (e.g. a debugger) is active
-            raise web.HTTPConflict(text=f"cannot profile: {err}\n") from None
+            return HttpResponse(f"cannot profile: {err}\n", 409)
         try:
             await asyncio.sleep(seconds)
         finally:
@@ -100,16 +100,16 @@ async def _profile(request: web.Request) -> web.StreamResponse:
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats(pstats.SortKey.CUMULATIVE).print_stats(100)
-    return web.Response(text=out.getvalue())
+    return HttpResponse(out.getvalue())
 
 
-async def _index(_: web.Request) -> web.StreamResponse:
+async def _index(_: HttpRequest) -> HttpResponse:
     paths = ["profile?seconds=30", "goroutine", "heap", "cmdline"]
     body = "".join(f"/debug/pprof/{path}\n" for path in paths)
-    return web.Response(text=body)
+    return HttpResponse(body)
 
 
-async def _stacks(_: web.Request) -> web.StreamResponse:
+async def _stacks(_: HttpRequest) -> HttpResponse:
     out = io.StringIO()
     tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
     out.write(f"asyncio tasks: {len(tasks)}\n\n")
@@ -124,20 +124,20 @@ async def _stacks(_: web.Request) -> web.StreamResponse:
         out.write(f"thread {names.get(ident, ident)}\n")
         out.write("".join(traceback.format_stack(frame)))
         out.write("\n")
-    return web.Response(text=out.getvalue())
+    return HttpResponse(out.getvalue())
 
 
-async def _heap(_: web.Request) -> web.StreamResponse:
+async def _heap(_: HttpRequest) -> HttpResponse:
     if not tracemalloc.is_tracing():
-        raise web.HTTPServiceUnavailable(text="tracemalloc is not running\n")
+        return HttpResponse("tracemalloc is not running\n", 503)
     snapshot = tracemalloc.take_snapshot()
     current, peak = tracemalloc.get_traced_memory()
     out = io.StringIO()
     out.write(f"traced memory: current={current} peak={peak}\n\n")
     for stat in snapshot.statistics("lineno")[:HEAP_TOP]:
         out.write(f"{stat}\n")
-    return web.Response(text=out.getvalue())
+    return HttpResponse(out.getvalue())
 
 
-async def _cmdline(_: web.Request) -> web.StreamResponse:
-    return web.Response(text="\x00".join(sys.argv))
+async def _cmdline(_: HttpRequest) -> HttpResponse:
+    return HttpResponse("\x00".join(sys.argv))

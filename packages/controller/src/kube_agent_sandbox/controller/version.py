@@ -3,8 +3,10 @@
 Upstream stamps version, commit and build date into the Go binary at link time. A Python
 distribution has no link step, so the values come, in order, from environment variables set
 when the container image is built (``AGENT_SANDBOX_VERSION``, ``AGENT_SANDBOX_GIT_COMMIT``,
-``AGENT_SANDBOX_BUILD_DATE``), from the installed distribution's metadata (version), and from
-the git checkout when the package runs from source (commit). Unknown values read ``unknown``.
+``AGENT_SANDBOX_BUILD_DATE``), from the package's ``__version__`` (kept equal to the
+distribution's version by a test; reading the metadata would import ``importlib.metadata``,
+about 1 MiB, at every start), and from the git checkout when the package runs from source
+(commit). Unknown values read ``unknown``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -80,7 +81,7 @@ class BuildInfo:
 def build_info() -> BuildInfo:
     """Collect the build metadata of the running controller."""
     return BuildInfo(
-        version=os.environ.get("AGENT_SANDBOX_VERSION") or _distribution_version(),
+        version=os.environ.get("AGENT_SANDBOX_VERSION") or __version__,
         git_commit=os.environ.get("AGENT_SANDBOX_GIT_COMMIT") or _git_commit() or UNKNOWN,
         build_date=os.environ.get("AGENT_SANDBOX_BUILD_DATE") or UNKNOWN,
         python_version=platform.python_version(),
@@ -132,13 +133,6 @@ def register_build_info(registry: CollectorRegistry, info: BuildInfo | None = No
     )
     gauge.labels(**labels).set(1)
     return gauge
-
-
-def _distribution_version() -> str:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return __version__
 
 
 def _platform() -> str:

@@ -146,6 +146,9 @@ from kube_agent_sandbox.controller.runtime.semantic import (
 )
 from kube_agent_sandbox.controller.runtime.servers import (
     BindAddress,
+    HttpHandler,
+    HttpRequest,
+    HttpResponse,
     parse_bind_address,
 )
 from kube_agent_sandbox.controller.runtime.types import (
@@ -198,6 +201,9 @@ __all__ = [
     "FakeApi",
     "FakeReader",
     "HandlerFactory",
+    "HttpHandler",
+    "HttpRequest",
+    "HttpResponse",
     "Informer",
     "ItemExponentialBackoff",
     "LeaderElectionConfig",

@@ -19,11 +19,10 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from kube_agent_sandbox.controller.runtime.controller import Controller
@@ -38,6 +37,7 @@ from kube_agent_sandbox.controller.runtime.leaderelection import (
 from kube_agent_sandbox.controller.runtime.metrics import RuntimeMetrics
 from kube_agent_sandbox.controller.runtime.servers import (
     Check,
+    HttpHandler,
     HttpServer,
     health_app,
     metrics_app,
@@ -53,7 +53,7 @@ from kube_agent_sandbox.controller.runtime.types import (
 
 logger = logging.getLogger(__name__)
 
-MetricsHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MetricsHandler = HttpHandler
 
 
 class ManagerClient(Client, ListWatcher, Protocol):
@@ -359,10 +359,8 @@ class Manager:
     async def _start_servers(self) -> None:
         if self._metrics_bind is not None:
             host, port = self._metrics_bind.host, self._metrics_bind.port
-            app = metrics_app(self.registry)
-            for path, handler in self.metrics_extra_handlers.items():
-                app.router.add_get(path, handler)
-            self.metrics_server = HttpServer(host, port, app)
+            routes = metrics_app(self.registry) | self.metrics_extra_handlers
+            self.metrics_server = HttpServer(host, port, routes)
             await self.metrics_server.start()
         if self._health_bind is not None:
             host, port = self._health_bind.host, self._health_bind.port

@@ -41,7 +41,7 @@ ENTRYPOINT_SCRIPT = """\
 #!/usr/bin/python3
 import sys
 
-from kube_agent_sandbox.controller.cli import main
+from kube_agent_sandbox.controller.launcher import main
 
 sys.exit(main())
 """
