@@ -151,10 +151,12 @@ def faults(session: nox.Session) -> None:
 
 @nox.session(name="gateway-acceptance")
 def gateway_acceptance(session: nox.Session) -> None:
-    """The real E2B clients against the gateway on the local cluster (issue 14).
+    """The real E2B and MCP clients against the gateway on the local cluster (issues 14, 24).
 
     Runs the scenario with the workspace's newest ``e2b`` and with ``e2b`` 2.45.1 (installed
-    once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index).
+    once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index),
+    and the MCP scenario with the official Python client (Streamable HTTP and stdio) and the
+    TypeScript SDK's client (npm, installed once into ~/.cache/agent-sandbox/mcp-clients/).
     ``GATEWAY_ACCEPTANCE_RESULTS=<dir>`` keeps each run's steps and timings as JSON.
     """
     _sync(session)
