@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-Source = Literal["pool", "template", "create"]
+Source = Literal["pool", "template"]
 
 
 class ToolFailure(Exception):
@@ -83,7 +83,7 @@ class SandboxBackend(Protocol):
     async def get_sandbox(
         self, source: Source, name: str, *, timeout_seconds: int, env: dict[str, str]
     ) -> SandboxInfo:
-        """Claim from a warm pool or template, or create from a template; wait until ready."""
+        """Claim from the warm pool ``name`` or create from the template ``name``; wait."""
         ...
 
     async def list_sandboxes(self) -> list[SandboxInfo]:

@@ -102,7 +102,7 @@ class E2BBackend:
         self, source: Source, name: str, *, timeout_seconds: int, env: dict[str, str]
     ) -> SandboxInfo:
         """A claim on the warm pool named ``name`` (the gateway serves pools, not creates)."""
-        if source == "create":
+        if source != "pool":
             raise ToolFailure(
                 "the gateway only hands out sandboxes from warm pools: use source 'pool'"
             )

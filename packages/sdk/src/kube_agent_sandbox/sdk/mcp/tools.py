@@ -96,8 +96,8 @@ def build_server(
             Source,
             Field(
                 description="'pool': claim a prepared sandbox from the warm pool `name` "
-                "(fastest); 'template': claim from the SandboxTemplate `name`; 'create': a new "
-                "sandbox from the template `name` without a pool."
+                "(fastest); 'template': a new sandbox from the SandboxTemplate `name` (a cold "
+                "start; servers that act through the gateway serve pools only)."
             ),
         ] = "pool",
         timeout_seconds: Annotated[
@@ -162,7 +162,9 @@ def build_server(
         language: Annotated[
             str, Field(description="Interpreter language, e.g. python, javascript, bash.")
         ] = "python",
-        timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120,
+        timeout_seconds: Annotated[
+            float, Field(gt=0, le=3600, description="Stop waiting for the code after this long.")
+        ] = 120,
     ) -> CallToolResult:
         """Run code in the sandbox's code interpreter (Jupyter-like); returns output and images.
 
