@@ -9,6 +9,7 @@ image, delete; and the bad inputs, after which the server must still answer.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -41,6 +42,19 @@ def stdio_client(*args: str, env: dict[str, str] | None = None) -> Client:
     base = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
     params = StdioServerParameters(command=str(CLI), args=list(args), env={**base, **(env or {})})
     return Client(params, read_timeout_seconds=120)
+
+
+async def kill_behind_the_servers_back(stack: Any, box: str) -> None:
+    """Delete the sandbox with the E2B API (as an expiry would) and wait until it is gone."""
+    headers = {"X-API-KEY": stack.api_key}
+    async with httpx.AsyncClient(base_url=stack.url, headers=headers, timeout=30) as http:
+        killed = await http.delete(f"/sandboxes/{box}")
+        assert killed.status_code == 204, killed.text
+        for _ in range(300):
+            if (await http.get(f"/sandboxes/{box}")).status_code == 404:
+                return
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"the gateway still serves {box} 30 s after its kill")
 
 
 def test_mcp_without_a_key_is_refused(gateway_stack: Any) -> None:
@@ -106,3 +120,24 @@ async def test_python_client_over_stdio_with_a_kubeconfig(gateway_stack: Any, cl
         await mcp_scenario.call(client, "delete_sandbox", sandbox_id=box)
         message = await mcp_scenario.call_error(client, "describe_sandbox", sandbox_id="gone-box")
         assert "list_sandboxes" in message, message
+
+
+async def test_a_timeout_and_an_expiry_are_tool_errors_that_say_so(gateway_stack: Any) -> None:
+    """A command past its timeout is killed; a sandbox removed behind the agent's back (as an
+    expiry does) says it no longer exists, not a bare 404 or a crash."""
+    gateway_stack.fresh_sandboxd()
+    async with http_client(gateway_stack, gateway_stack.api_key) as client:
+        box = json.loads(await mcp_scenario.call(client, "get_sandbox", name=POOL))["sandbox_id"]
+        message = await mcp_scenario.call_error(
+            client, "run_command", sandbox_id=box, command="echo started; sleep 30",
+            timeout_seconds=1,
+        )  # fmt: skip
+        assert "timed out after 1.0 s" in message, message
+        await mcp_scenario.call(client, "run_command", sandbox_id=box, command="true")
+        await kill_behind_the_servers_back(gateway_stack, box)
+        message = await mcp_scenario.call_error(
+            client, "run_command", sandbox_id=box, command="true"
+        )
+        assert "no longer exists: it expired or was deleted" in message, message
+        assert "get_sandbox" in message, message
+        await mcp_scenario.call(client, "list_sandboxes")
