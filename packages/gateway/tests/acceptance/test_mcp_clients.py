@@ -129,11 +129,15 @@ async def test_a_timeout_and_an_expiry_are_tool_errors_that_say_so(gateway_stack
     async with http_client(gateway_stack, gateway_stack.api_key) as client:
         box = json.loads(await mcp_scenario.call(client, "get_sandbox", name=POOL))["sandbox_id"]
         message = await mcp_scenario.call_error(
-            client, "run_command", sandbox_id=box, command="echo started; sleep 30",
+            client, "run_command", sandbox_id=box, command="echo started; sleep 3017",
             timeout_seconds=1,
         )  # fmt: skip
-        assert "timed out after 1.0 s" in message, message
-        await mcp_scenario.call(client, "run_command", sandbox_id=box, command="true")
+        assert "timed out after 1.0 s and was killed" in message, message
+        assert "started" in message, message
+        left = await mcp_scenario.call(
+            client, "run_command", sandbox_id=box, command="ps -eo args | grep '[s]leep 3017'"
+        )
+        assert json.loads(left)["stdout"] == "", left
         await kill_behind_the_servers_back(gateway_stack, box)
         message = await mcp_scenario.call_error(
             client, "run_command", sandbox_id=box, command="true"

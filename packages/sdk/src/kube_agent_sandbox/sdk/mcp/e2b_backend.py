@@ -31,6 +31,8 @@ from kube_agent_sandbox.sdk.mcp.backend import (
 ENVD_PORT: Final = 49983
 _ENVELOPE: Final = struct.Struct(">BI")
 _END_STREAM: Final = 0x02
+_BACKSTOP_SECONDS: Final = 5.0
+"""Grace past a command's time limit for the daemon's own deadline to end the stream."""
 _ENTRY_TYPES: Final = {"FILE_TYPE_FILE": "file", "FILE_TYPE_DIRECTORY": "dir"}
 
 
@@ -159,20 +161,29 @@ class E2BBackend:
         cwd: str | None,
         env: dict[str, str],
     ) -> CommandOutput:
-        """``process.Process/Start`` of ``sh -c command``, streamed until it ends or times out."""
+        """``process.Process/Start`` of ``sh -c command``, streamed until it ends or times out.
+
+        The daemon ends the stream at the deadline (``Connect-Timeout-Ms``) with the output so
+        far and the pid, which is then killed: this works even where the response arrives
+        whole (the gateway's in-process transport). The local timeout is the backstop.
+        """
         headers = await self._data_headers(sandbox_id, ENVD_PORT)
         headers["Content-Type"] = "application/connect+json"
+        headers["Connect-Timeout-Ms"] = str(max(1, int(time_limit * 1000)))
         process: dict[str, Any] = {"cmd": "/bin/sh", "args": ["-c", command], "envs": env}
         if cwd:
             process["cwd"] = cwd
         stdout, stderr = bytearray(), bytearray()
         state: dict[str, Any] = {}
         try:
-            async with asyncio.timeout(time_limit):
+            async with asyncio.timeout(time_limit + _BACKSTOP_SECONDS):
                 await self._stream_process(sandbox_id, headers, process, stdout, stderr, state)
         except TimeoutError:
+            state["timed_out"] = True
+        if state.get("timed_out"):
             await self._kill(sandbox_id, state.get("pid"))
-            return CommandOutput(None, stdout.decode(errors="replace"), stderr.decode(), True)
+            out, err = stdout.decode(errors="replace"), stderr.decode(errors="replace")
+            return CommandOutput(None, out, err, timed_out=True)
         return CommandOutput(
             state.get("exit_code"),
             stdout.decode(errors="replace"),
@@ -197,7 +208,9 @@ class E2BBackend:
             async for flags, payload in read_envelopes(response.aiter_bytes()):
                 message = json.loads(payload or b"{}")
                 if flags & _END_STREAM:
-                    if message.get("error"):
+                    if (message.get("error") or {}).get("code") == "deadline_exceeded":
+                        state["timed_out"] = True
+                    elif message.get("error"):
                         raise ToolFailure(f"run_command failed: {message['error']}")
                     return
                 _fold_event(message.get("event") or {}, stdout, stderr, state)
