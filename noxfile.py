@@ -151,10 +151,12 @@ def faults(session: nox.Session) -> None:
 
 @nox.session(name="gateway-acceptance")
 def gateway_acceptance(session: nox.Session) -> None:
-    """The real E2B clients against the gateway on the local cluster (issue 14).
+    """The real E2B and MCP clients against the gateway on the local cluster (issues 14, 24).
 
     Runs the scenario with the workspace's newest ``e2b`` and with ``e2b`` 2.45.1 (installed
-    once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index).
+    once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index),
+    and the MCP scenario with the official Python client (Streamable HTTP and stdio) and the
+    TypeScript SDK's client (npm, installed once into ~/.cache/agent-sandbox/mcp-clients/).
     ``GATEWAY_ACCEPTANCE_RESULTS=<dir>`` keeps each run's steps and timings as JSON.
     """
     _sync(session)
@@ -226,12 +228,13 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def generate(session: nox.Session) -> None:
-    """Rewrite every generated file (CRDs, RBAC, the sync SDK)."""
+    """Rewrite every generated file (CRDs, RBAC, the sync SDK, the MCP tool reference)."""
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen")
     _uv_run(session, "python", "scripts/unasync_sdk.py")
+    _uv_run(session, "python", "scripts/mcp_tool_reference.py")
 
 
 @nox.session(name="check-generated")
@@ -242,6 +245,7 @@ def check_generated(session: nox.Session) -> None:
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen", "--check")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen", "--check")
     _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
+    _uv_run(session, "python", "scripts/mcp_tool_reference.py", "--check")
 
 
 @nox.session

@@ -37,10 +37,12 @@ GATEWAY = "gateway"
 """The E2B gateway's create/connect/kill path on a warm pool (ours: it needs our gateway)."""
 CLI = "cli"
 """How fast ``agent-sandbox list`` and the SDK import start, beside ``kubectl get``."""
-OURS_ONLY = (GATEWAY, CLI, "cache-memory", "latency", "scale")
+MCP = "mcp"
+"""What an MCP tool call adds to the SDK or gateway call it wraps (stdio and HTTP)."""
+OURS_ONLY = (GATEWAY, CLI, MCP, "cache-memory", "latency", "scale")
 """Scenarios of this project alone (the gateway, the CLI, and the older benchmarks)."""
 NAMES = COMPARABLE + OURS_ONLY
-DEFAULT = (*COMPARABLE, GATEWAY, CLI)
+DEFAULT = (*COMPARABLE, GATEWAY, CLI, MCP)
 """What runs when no scenario is named (the comparison ones with ``--controller-cmd``)."""
 ALIASES = {"claims": "warm-claims"}
 QUICK = {
@@ -63,6 +65,7 @@ QUICK = {
     "gateway_concurrency": 4,
     "cli_sandboxes": 3,
     "cli_runs": 5,
+    "mcp_calls": 10,
 }
 """``--quick`` sizes: every scenario on a handful of objects, minutes in all."""
 
@@ -141,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     # cli
     add("--cli-sandboxes", type=int, default=10, help="cli: Ready Sandboxes listed (10)")
     add("--cli-runs", type=int, default=20, help="cli: timed runs of each command (20)")
+    add("--mcp-calls", type=int, default=200, help="mcp: timed calls per direct/MCP pair (200)")
     # older benchmarks
     add("--sandboxes", type=int, default=10_000, help="scale: Sandboxes to create (10000)")
     add("--nodes", type=int, default=20, help="scale: kwok nodes, 1000 pods each (20)")
@@ -205,6 +209,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
         "gateway_concurrency",
         "cli_sandboxes",
         "cli_runs",
+        "mcp_calls",
     ]
     for option in positive:
         if getattr(args, option) < 1:
@@ -281,6 +286,11 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[ControllerSpec], B
                 args.gateway_serial, args.gateway_burst, args.gateway_concurrency, within
             )
             return gateway.run(sizes_g, spec=spec, keep_workdir=keep)
+        if name == MCP:
+            from benchlib import mcp_overhead
+
+            sizes_mcp = mcp_overhead.McpSizes(args.mcp_calls, within)
+            return mcp_overhead.run(sizes_mcp, spec=spec, keep_workdir=keep)
         if name == CLI:
             from benchlib import cli
 

@@ -14,6 +14,8 @@ missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+# Node.js and npm: the TypeScript MCP client's acceptance test (nox -s gateway-acceptance).
+command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     log "missing system packages (${missing[*]}): run as root or install them, then retry"

@@ -221,7 +221,7 @@ async def _scenario(ctx: Context, sizes: GatewaySizes) -> None:
             )
             await client.create(SANDBOX_TEMPLATES, NAMESPACE, template)
             await client.create(SANDBOX_WARM_POOLS, NAMESPACE, pool)
-            await _wait_pool(client, sizes.pool, within=sizes.within)
+            await wait_pool(client, sizes.pool, within=sizes.within)
             _, envd_port = await asyncio.to_thread(
                 start_daemon,
                 supervisor,
@@ -244,11 +244,13 @@ async def _scenario(ctx: Context, sizes: GatewaySizes) -> None:
         await asyncio.to_thread(supervisor.stop_all)
 
 
-async def _wait_pool(client: ApiClient, replicas: int, *, within: float) -> float:
-    """Wait until the pool has ``replicas`` Ready members; returns the seconds it took."""
+async def wait_pool(
+    client: ApiClient, replicas: int, *, within: float, name: str = TEMPLATE_ID
+) -> float:
+    """Wait until the pool ``name`` has ``replicas`` Ready members; the seconds it took."""
     began = time.monotonic()
     while True:
-        pool = await client.get(SANDBOX_WARM_POOLS, NAMESPACE, TEMPLATE_ID)
+        pool = await client.get(SANDBOX_WARM_POOLS, NAMESPACE, name)
         ready = int((pool.get("status") or {}).get("readyReplicas") or 0)
         if ready >= replicas:
             return time.monotonic() - began
@@ -367,7 +369,7 @@ async def _one_at_a_time(calls: _Calls, admin: ApiClient, sizes: GatewaySizes) -
         # the last kill's clean-up and refill are over: each create meets the same quiet
         # cluster, whatever the calls before it took
         await asyncio.sleep(SETTLE_SECONDS)
-        await _wait_pool(admin, sizes.pool, within=sizes.within)
+        await wait_pool(admin, sizes.pool, within=sizes.within)
         sandbox_id = await calls.create(serial)
         if sandbox_id is None:
             continue
@@ -380,7 +382,7 @@ async def _one_at_a_time(calls: _Calls, admin: ApiClient, sizes: GatewaySizes) -
 async def _burst(calls: _Calls, admin: ApiClient, sizes: GatewaySizes) -> tuple[Samples, float]:
     """``burst`` creates with ``concurrency`` in flight, then their kills; and the seconds."""
     burst = Samples()
-    await _wait_pool(admin, sizes.pool, within=sizes.within)
+    await wait_pool(admin, sizes.pool, within=sizes.within)
     gate = asyncio.Semaphore(sizes.concurrency)
 
     async def one() -> str | None:

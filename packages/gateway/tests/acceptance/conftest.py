@@ -139,6 +139,7 @@ def gateway_stack(
             workdir=workdir,
             pod_address_override="127.0.0.1",
             port_map=port_map,
+            mcp_file_root=str(files),
         )
         # An unauthenticated control-plane call is refused.
         assert http_status(f"{url}/v2/sandboxes") == 401

@@ -91,6 +91,18 @@ def test_the_cli_keeps_httpx_cli_and_http2_out() -> None:
     assert loaded_after(code, watched) == ["httpcore"]
 
 
+def test_the_cli_loads_the_mcp_server_only_for_its_command() -> None:
+    """``agent-sandbox`` registers ``mcp`` but imports the MCP SDK only when it runs."""
+    code = (
+        "import sys\n"
+        "from kube_agent_sandbox.sdk.cli.app import app\n"
+        "from typer.main import get_command\n"
+        "assert 'mcp' in get_command(app).commands\n"
+    )
+    watched = ("mcp", "kube_agent_sandbox.sdk.mcp", "pydantic", "anyio", "httpx")
+    assert loaded_after(code, watched) == []
+
+
 # --- the plain kubeconfig reader --------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 from kube_agent_sandbox.gateway.dataplane.target import TargetError, host_name, names_a_sandbox
 from kube_agent_sandbox.gateway.errors import e2b_error
+from kube_agent_sandbox.gateway.mcp_endpoint import McpDispatch, McpEndpoint
 from kube_agent_sandbox.gateway.state import HEARTBEAT_PATH, GatewayState
 
 logger = logging.getLogger(__name__)
@@ -135,12 +136,14 @@ def exec_fallback_of(state: GatewayState) -> ExecFallback | None:
 
 def build_app(state: GatewayState) -> Starlette:
     """The gateway ASGI app over ``state`` (started and stopped by the app's lifespan)."""
+    mcp = McpEndpoint(state)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await state.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             data_plane = state.data_plane
             state.data_plane = None
@@ -158,8 +161,12 @@ def build_app(state: GatewayState) -> Starlette:
     app = Starlette(
         routes=control_plane_routes(state),
         exception_handlers={Exception: internal_error},
-        middleware=[Middleware(DataPlaneDispatch, state=state)],
+        middleware=[
+            Middleware(DataPlaneDispatch, state=state),
+            Middleware(McpDispatch, endpoint=mcp),
+        ],
         lifespan=lifespan,
     )
     app.state.gateway = state
+    mcp.bind(app)
     return app

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--init-timeout", type=_positive, default=5.0, metavar="S")
     serve.add_argument("--kube-api-qps", type=float, default=50.0)
     serve.add_argument("--kube-api-burst", type=int, default=100)
+    serve.add_argument(
+        "--mcp-file-root", default="/", help="MCP file tools refuse paths outside this folder"
+    )
     serve.add_argument("--pod-address-override", default=None, help="testing only")
     serve.add_argument(
         "--pod-port-map", type=_port_map, default={}, help="testing only: 49983=PORT,..."
@@ -131,6 +134,7 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         kube_api_burst=args.kube_api_burst,
         tls_cert_file=args.tls_cert_file,
         tls_key_file=args.tls_key_file,
+        mcp_file_root=args.mcp_file_root,
     )
     check_tls_files(options)
     return options

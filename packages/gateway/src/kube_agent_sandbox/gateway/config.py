@@ -37,6 +37,8 @@ class GatewayOptions:
         tls_cert_file: PEM certificate (chain) to serve HTTPS with; None = plain HTTP. Given
             together with ``tls_key_file`` or not at all; read once at start (no reloading).
         tls_key_file: PEM private key of ``tls_cert_file``.
+        mcp_file_root: the MCP tools' file root: relative paths start there, paths outside
+            it are refused.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -54,6 +56,7 @@ class GatewayOptions:
     kube_api_burst: int = 100
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    mcp_file_root: str = "/"
 
     def __post_init__(self) -> None:
         if self.create_timeout_seconds <= 0:

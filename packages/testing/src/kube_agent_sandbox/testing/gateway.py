@@ -105,6 +105,7 @@ def gateway_argv(
     port_map: Mapping[int, int] | None = None,
     domain: str | None = None,
     tls: tuple[Path, Path] | None = None,
+    mcp_file_root: str | None = None,
 ) -> list[str]:
     """The command line of ``agent-sandbox-gateway serve``.
 
@@ -117,6 +118,7 @@ def gateway_argv(
         port_map: Sandbox port -> local port (testing only).
         domain: Wildcard domain of ``<port>-<id>.<domain>`` (``--domain``); none if None.
         tls: Certificate and key files to serve HTTPS with; plain HTTP if None.
+        mcp_file_root: ``--mcp-file-root`` (the MCP file tools' root); ``/`` if None.
 
     Returns:
         The argv.
@@ -138,6 +140,8 @@ def gateway_argv(
         argv.append(f"--domain={domain}")
     if tls is not None:
         argv += [f"--tls-cert-file={tls[0]}", f"--tls-key-file={tls[1]}"]
+    if mcp_file_root is not None:
+        argv.append(f"--mcp-file-root={mcp_file_root}")
     return argv
 
 
@@ -185,6 +189,7 @@ def start_gateway(
     tls: tuple[Path, Path] | None = None,
     cafile: Path | None = None,
     name: str = "gateway",
+    mcp_file_root: str | None = None,
 ) -> tuple[ManagedProcess, str]:
     """``agent-sandbox-gateway serve`` as its generated RBAC, once ``/health`` answers.
 
@@ -199,6 +204,7 @@ def start_gateway(
         tls: Certificate and key files: serve HTTPS (the URL is ``https://127.0.0.1:PORT``).
         cafile: CA bundle that verifies the ``tls`` certificate (for the health wait).
         name: Process name, unique per runner (log file ``<name>.log``).
+        mcp_file_root: The MCP file tools' root (``--mcp-file-root``); ``/`` if None.
 
     Returns:
         The process and the gateway's URL.
@@ -215,6 +221,7 @@ def start_gateway(
         port_map=port_map,
         domain=domain,
         tls=tls,
+        mcp_file_root=mcp_file_root,
     )
     process = runner.start_command(argv, identity=identity, name=name)
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"

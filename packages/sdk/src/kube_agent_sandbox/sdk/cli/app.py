@@ -24,7 +24,7 @@ import typer
 from rich.console import Console
 
 from kube_agent_sandbox.sdk import execproto
-from kube_agent_sandbox.sdk.cli import output
+from kube_agent_sandbox.sdk.cli import mcp_command, output
 from kube_agent_sandbox.sdk.config import ClusterConfig, load_kubeconfig
 from kube_agent_sandbox.sdk.errors import (
     ConfigError,
@@ -521,6 +521,8 @@ def delete(
                     )
             err.print(f"{name} deleted", highlight=False)
 
+
+mcp_command.register(app, state)
 
 UNUSED_IMPORTS = ("httpx._main", "h2")
 """Modules httpx and httpcore load when installed, which this CLI never uses: httpx's own
