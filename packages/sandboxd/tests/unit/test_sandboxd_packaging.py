@@ -18,6 +18,11 @@ ALLOWED_THIRD_PARTY = {
     "typing_extensions",
     "exceptiongroup",
     "_typeshed",
+    # starlette.formparsers imports python-multipart when it happens to be installed (the
+    # workspace has it for the MCP server); sandboxd parses multipart itself and does not
+    # need it (`nox -s build` installs the sandboxd wheel alone and imports it).
+    "python_multipart",
+    "multipart",
 }
 
 PROBE = """
