@@ -30,10 +30,11 @@ and a create served by a new Sandbox is reported.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -54,7 +55,7 @@ from kube_agent_sandbox.testing.gateway import (
     start_gateway,
     warm_template,
 )
-from kube_agent_sandbox.testing.processes import ProcessSupervisor
+from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -205,23 +206,55 @@ def run(sizes: GatewaySizes, *, spec: ControllerSpec, keep_workdir: bool = False
 
 
 async def _scenario(ctx: Context, sizes: GatewaySizes) -> None:
+    async with gateway_stack(
+        ctx, template_id=TEMPLATE_ID, replicas=sizes.pool, within=sizes.within
+    ) as stack:
+        ctx.result.details["gateway_log"] = str(stack.gateway.log_path)
+        await _measure(ctx, stack.client, url=stack.url, key=stack.key, sizes=sizes)
+
+
+@dataclass(frozen=True)
+class GatewayStack:
+    """A warm pool, a local sandboxd standing in for every pod, a gateway and a tenant key."""
+
+    client: ApiClient
+    gateway: ManagedProcess
+    url: str
+    key: str
+
+
+@contextlib.asynccontextmanager
+async def gateway_stack(
+    ctx: Context, *, template_id: str, replicas: int, within: float
+) -> AsyncIterator[GatewayStack]:
+    """Start what the gateway scenarios measure against (``<workdir>/<template_id>``).
+
+    Args:
+        ctx: The scenario's context.
+        template_id: Name of the SandboxTemplate and its SandboxWarmPool.
+        replicas: Pool size, Ready before the gateway starts.
+        within: Seconds the pool may take to fill.
+
+    Yields:
+        The stack; sandboxd and the gateway stop on exit.
+    """
     env = ctx.env
     assert env.runner is not None
     assert env.access is not None
-    workdir = env.workdir / "gateway"
+    workdir = env.workdir / template_id
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     supervisor = ProcessSupervisor(workdir / "logs")
     try:
         async with ctx.client(connections=8) as client:
             template, pool = warm_template(
-                TEMPLATE_ID,
+                template_id,
                 template_spec=template_manifest()["spec"],
-                replicas=sizes.pool,
+                replicas=replicas,
                 namespace=NAMESPACE,
             )
             await client.create(SANDBOX_TEMPLATES, NAMESPACE, template)
             await client.create(SANDBOX_WARM_POOLS, NAMESPACE, pool)
-            await wait_pool(client, sizes.pool, within=sizes.within)
+            await wait_pool(client, replicas, within=within, name=template_id)
             _, envd_port = await asyncio.to_thread(
                 start_daemon,
                 supervisor,
@@ -237,9 +270,8 @@ async def _scenario(ctx: Context, sizes: GatewaySizes) -> None:
                 pod_address_override="127.0.0.1",
                 port_map={ENVD_PORT: envd_port},
             )
-            ctx.result.details["gateway_log"] = str(gateway.log_path)
             key = await asyncio.to_thread(create_key, env.access.kubeconfig, NAMESPACE)
-            await _measure(ctx, client, url=url, key=key, sizes=sizes)
+            yield GatewayStack(client=client, gateway=gateway, url=url, key=key)
     finally:
         await asyncio.to_thread(supervisor.stop_all)
 

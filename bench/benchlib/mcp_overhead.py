@@ -16,7 +16,6 @@ Targets (p50 overhead): 5 ms over stdio, 15 ms over HTTP. Reported, never assert
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
@@ -31,24 +30,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from benchlib.cli import cli_executable
-from benchlib.clusterenv import CONTROLLER_NAMESPACE, NAMESPACE
-from benchlib.gateway import wait_pool
+from benchlib.clusterenv import NAMESPACE
+from benchlib.gateway import gateway_stack
 from benchlib.harness import Context, ControllerSpec, run_scenario
 from benchlib.report import BenchResult, at_most
 from benchlib.stats import summarize
-from benchlib.workload import add_latency_rows, template_manifest
-from kube_agent_sandbox.api.resources import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
+from benchlib.workload import add_latency_rows
 from kube_agent_sandbox.sdk import AsyncSandboxClient, load_kubeconfig
 from kube_agent_sandbox.sdk.mcp.e2b_backend import E2BBackend
 from kube_agent_sandbox.sdk.mcp.kube_backend import KubeBackend
-from kube_agent_sandbox.testing.gateway import (
-    ENVD_PORT,
-    create_key,
-    start_daemon,
-    start_gateway,
-    warm_template,
-)
-from kube_agent_sandbox.testing.processes import ProcessSupervisor
 
 TEMPLATE_ID: Final = "bench-mcp"
 STDIO_TARGET_MS: Final = 5.0
@@ -119,33 +109,10 @@ def add_pair(
 
 
 async def _scenario(ctx: Context, sizes: McpSizes) -> None:
-    env = ctx.env
-    assert env.runner is not None
-    assert env.access is not None
-    workdir = env.workdir / "mcp"
-    (workdir / "home").mkdir(parents=True, exist_ok=True)
-    supervisor = ProcessSupervisor(workdir / "logs")
-    try:
-        async with ctx.client(connections=8) as admin:
-            template, pool = warm_template(
-                TEMPLATE_ID, template_spec=template_manifest()["spec"], replicas=3,
-                namespace=NAMESPACE,
-            )  # fmt: skip
-            await admin.create(SANDBOX_TEMPLATES, NAMESPACE, template)
-            await admin.create(SANDBOX_WARM_POOLS, NAMESPACE, pool)
-            await wait_pool(admin, 3, within=sizes.within, name=TEMPLATE_ID)
-        _, envd_port = await asyncio.to_thread(
-            start_daemon, supervisor, "sandboxd", ["kube_agent_sandbox.sandboxd"],
-            cwd=workdir / "home",
-        )  # fmt: skip
-        _, url = await asyncio.to_thread(
-            start_gateway, env.runner, namespace=CONTROLLER_NAMESPACE, workdir=workdir,
-            pod_address_override="127.0.0.1", port_map={ENVD_PORT: envd_port},
-        )  # fmt: skip
-        key = await asyncio.to_thread(create_key, env.access.kubeconfig, NAMESPACE)
-        await _measure(ctx, url=url, key=key, sizes=sizes)
-    finally:
-        await asyncio.to_thread(supervisor.stop_all)
+    async with gateway_stack(
+        ctx, template_id=TEMPLATE_ID, replicas=3, within=sizes.within
+    ) as stack:
+        await _measure(ctx, url=stack.url, key=stack.key, sizes=sizes)
 
 
 async def _measure(ctx: Context, *, url: str, key: str, sizes: McpSizes) -> None:

@@ -53,8 +53,6 @@ from kube_agent_sandbox.controller.runtime.types import (
 
 logger = logging.getLogger(__name__)
 
-MetricsHandler = HttpHandler
-
 
 class ManagerClient(Client, ListWatcher, Protocol):
     """What the manager needs of its client: writes plus list/watch."""
@@ -142,7 +140,7 @@ class Manager:
         self._runnables = _Runnables()
         self.events = EventSink(client)
         self.healthz_checks: dict[str, Check] = {"ping": lambda: True}
-        self.metrics_extra_handlers: dict[str, MetricsHandler] = {}
+        self.metrics_extra_handlers: dict[str, HttpHandler] = {}
         """Extra GET routes served by the metrics server (controller-runtime's
         ``metricsserver.Options.ExtraHandlers``), e.g. profiling; set before :meth:`run`."""
         self.readyz_checks: dict[str, Check] = {"informers-synced": self._informers_synced}

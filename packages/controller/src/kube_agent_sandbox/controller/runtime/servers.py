@@ -186,11 +186,7 @@ class HttpServer:
 
 def _parse_head(head: bytes) -> tuple[HttpRequest, bool, bool] | None:
     """The request, whether to keep the connection, whether a body follows; None if malformed."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        return None
-    lines = text.split("\r\n")
+    lines = head.decode("latin-1").split("\r\n")  # latin-1 decodes every byte
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         return None
