@@ -291,6 +291,50 @@ async def test_other_forbidden_errors_are_still_retried() -> None:
     assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 1
 
 
+def _not_found(group: str, plural: str, name: str) -> ApiError:
+    status = {
+        "kind": "Status",
+        "code": 404,
+        "reason": "NotFound",
+        "message": f'{plural}.{group} "{name}" not found',
+        "details": {"name": name, "group": group, "kind": plural},
+    }
+    return error_from_status(404, status)
+
+
+async def test_the_object_deleted_during_its_reconcile_ends_the_work_without_an_error() -> None:
+    metrics = RuntimeMetrics()
+    rec = ScriptedReconciler()
+    ctrl = make(rec, metrics)
+    req = Request("ns", "p")
+    rec.outcomes[req] = [_not_found("example.com", "parents", "p")]
+    await run_one(ctrl, rec, req)
+    assert ctrl.queue.delayed() == frozenset()
+    assert len(ctrl.queue) == 0
+    assert ctrl.queue.num_requeues(req) == 0
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 0
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _not_found("", "configmaps", "p"),  # a dependent of the same name
+        _not_found("example.com", "parents", "other"),  # another object of the kind
+        _not_found("other.example.com", "parents", "p"),  # same plural, other group
+        error_from_status(404, b"404 page not found"),  # no Status at all
+    ],
+)
+async def test_other_not_found_errors_are_still_retried(error: ApiError) -> None:
+    metrics = RuntimeMetrics()
+    rec = ScriptedReconciler()
+    ctrl = make(rec, metrics)
+    req = Request("ns", "p")
+    rec.outcomes[req] = [error]
+    await run_one(ctrl, rec, req)
+    assert ctrl.queue.num_requeues(req) == 1
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 1
+
+
 async def test_requeue_after_schedules_delayed_add() -> None:
     metrics = RuntimeMetrics()
     rec = ScriptedReconciler()

@@ -339,14 +339,21 @@ class Controller:
                 # handled here, as an error: raised from the else branch it would end the worker
                 raise TypeError(f"reconciler returned {result!r}, not a Result")
         except ApiError as exc:
-            if not exc.namespace_terminating:
+            if exc.namespace_terminating:
+                # Its namespace is going away with everything in it: done, not an error.
+                why = "namespace is terminating"
+            elif exc.is_not_found_of(self.for_resource, req.name):
+                # The object itself was deleted during the pass; its delete event brings a
+                # reconcile that finds it gone (controller-runtime's IgnoreNotFound).
+                why = "object was deleted during the reconcile"
+            else:
                 self._reconcile_failed(req, exc)
                 return
-            # Its namespace is going away with everything in it: done, not an error.
             self.queue.forget(req)
             self._m_result["success"].inc()
             logger.info(
-                "namespace is terminating, nothing more to do: %s",
+                "%s, nothing more to do: %s",
+                why,
                 exc.message,
                 extra={"controller": self.name, "request": str(req)},
             )

@@ -109,6 +109,18 @@ class ApiError(Exception):
         """410: the requested resourceVersion is compacted away (watches relist)."""
         return self.status == 410
 
+    def is_not_found_of(self, resource: Resource, name: str) -> bool:
+        """404 naming ``name`` of ``resource`` itself (Status details), not a dependent's 404."""
+        if self.status != 404:
+            return False
+        details = self.body.get("details") or {}
+        return (
+            isinstance(details, dict)
+            and details.get("name") == name
+            and details.get("kind") == resource.plural
+            and (details.get("group") or "") == resource.group
+        )
+
     @property
     def namespace_terminating(self) -> bool:
         """A create refused because its namespace is being deleted (cause NamespaceTerminating).
