@@ -148,6 +148,10 @@ def test_list_table_and_formats(fake: FakeClient) -> None:
     assert lines[0].split() == ["NAME", "READY", "REASON", "MODE", "AGE"]
     assert lines[1].split()[:4] == ["a", "True", "DependenciesReady", "Running"]
     assert lines[2].split()[:3] == ["b", "False", "DependenciesNotReady"]
+    # kubectl's layout: left-aligned columns three spaces apart, no trailing blanks
+    assert lines[0].index("READY") == len("NAME") + 3
+    assert lines[1].index("True") == len("NAME") + 3
+    assert all(line == line.rstrip() for line in lines)
     assert fake.calls[0] == ("list_sandboxes", (), {"namespace": "ns", "label_selector": None})
     as_json = json.loads(invoke("list", "-o", "json").stdout)
     assert as_json["kind"] == "SandboxList"

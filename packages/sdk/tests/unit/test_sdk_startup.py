@@ -79,6 +79,13 @@ def test_every_name_in_all_resolves() -> None:
         _ = sdk.no_such_name  # type: ignore[attr-defined]
 
 
+def test_the_cli_loads_rich_only_to_print_a_message() -> None:
+    # data output is plain text; rich (about 60 ms of a start) is for errors and spinners
+    assert loaded_after("import kube_agent_sandbox.sdk.cli.app", ("rich",)) == []
+    code = "from kube_agent_sandbox.sdk.cli import app\napp.err.print('x')"
+    assert loaded_after(code, ("rich",)) == ["rich"]
+
+
 def test_the_cli_keeps_httpx_cli_and_http2_out() -> None:
     code = (
         "from kube_agent_sandbox.sdk.cli.app import skip_unused_imports\n"

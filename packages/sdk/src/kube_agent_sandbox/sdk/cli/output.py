@@ -5,12 +5,9 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kube_agent_sandbox.sdk import readiness
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 Obj = dict[str, Any]
 FORMATS = ("table", "json", "yaml", "name", "wide")
@@ -70,20 +67,20 @@ def claim_row(obj: Obj, *, wide: bool = False, now: datetime.datetime | None = N
 SANDBOX_COLUMNS = ["NAME", "READY", "REASON", "MODE", "AGE"]
 SANDBOX_WIDE = ["POD", "NODE", "IP"]
 CLAIM_COLUMNS = ["NAME", "READY", "REASON", "SANDBOX", "POOL", "AGE"]
+COLUMN_GAP = "   "
+"""kubectl's space between table columns."""
 
 
-def table(objs: Sequence[Obj], *, claims: bool = False, wide: bool = False) -> Table:
-    """A borderless rich table like ``kubectl get``."""
-    from rich.table import Table  # only the table formats draw one
-
+def table(objs: Sequence[Obj], *, claims: bool = False, wide: bool = False) -> str:
+    """A plain-text table like ``kubectl get``: left-aligned columns three spaces apart."""
     columns = CLAIM_COLUMNS if claims else SANDBOX_COLUMNS + (SANDBOX_WIDE if wide else [])
-    result = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
-    for column in columns:
-        result.add_column(column, no_wrap=True)
-    for obj in objs:
-        row = claim_row(obj) if claims else sandbox_row(obj, wide=wide)
-        result.add_row(*row)
-    return result
+    rows = [list(columns)]
+    rows += [claim_row(obj) if claims else sandbox_row(obj, wide=wide) for obj in objs]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    return "\n".join(
+        COLUMN_GAP.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 def _clean(obj: Obj) -> Obj:
