@@ -40,6 +40,9 @@ def _type(schema: dict[str, Any]) -> str:
     kind = str(schema.get("type", "any"))
     if kind == "object" and "additionalProperties" in schema:
         return f"object of {_type(schema['additionalProperties'])}"
+    if kind == "object" and "patternProperties" in schema:
+        ((pattern, value),) = schema["patternProperties"].items()
+        return f"object of {_type(value)} (keys match `{pattern}`)"
     return kind
 
 

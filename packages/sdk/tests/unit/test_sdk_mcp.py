@@ -95,3 +95,29 @@ async def test_every_tool_documents_every_argument() -> None:
         assert tool.description, tool.name
         for name, prop in tool.input_schema.get("properties", {}).items():
             assert prop.get("description"), f"{tool.name}.{name} has no description"
+
+
+@pytest.mark.parametrize("name", ["A B", "X;touch /tmp/pwned", "1ST", "", "A=B"])
+@pytest.mark.parametrize("tool", ["run_command", "get_sandbox"])
+async def test_an_invalid_environment_name_is_refused_before_any_backend_call(
+    tool: str, name: str
+) -> None:
+    arguments: dict[str, Any] = {"env": {name: "v"}}
+    arguments.update(
+        {"sandbox_id": "s", "command": "true"} if tool == "run_command" else {"name": "pool"}
+    )
+    async with Client(build_server(_unused)) as client:
+        result = await client.call_tool(tool, arguments)
+    assert result.is_error
+    (block,) = result.content
+    assert isinstance(block, TextContent)
+    assert "should match pattern" in block.text, block.text
+
+
+async def test_the_environment_schema_publishes_the_name_pattern() -> None:
+    async with Client(build_server(_unused)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    env = tools["run_command"].input_schema["properties"]["env"]
+    shapes = env.get("anyOf", [env])
+    [mapping] = [s for s in shapes if s.get("type") == "object"]
+    assert list(mapping["patternProperties"]) == ["^[A-Za-z_][A-Za-z0-9_]*$"]

@@ -37,6 +37,10 @@ SandboxId = Annotated[str, Field(description="The sandbox_id returned by get_san
 FilePath = Annotated[
     str, Field(description="Path in the sandbox; relative paths start at the file root.")
 ]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+"""A POSIX environment variable name: checked before the call, since the kubeconfig backend
+exports the variables in the shell that runs the command."""
+Environment = dict[EnvName, str]
 
 
 class SandboxMCPServer(MCPServer[Any]):
@@ -104,7 +108,7 @@ def build_server(
             int, Field(ge=1, le=86_400, description="Lifetime in seconds before it expires.")
         ] = 3600,
         env: Annotated[
-            dict[str, str] | None, Field(description="Environment variables of the sandbox.")
+            Environment | None, Field(description="Environment variables of the sandbox.")
         ] = None,
     ) -> str:
         """Get a sandbox to run commands and code in; returns its sandbox_id."""
@@ -132,7 +136,7 @@ def build_server(
             float, Field(gt=0, le=3600, description="Kill the command after this long.")
         ] = 60,
         cwd: Annotated[str | None, Field(description="Working directory.")] = None,
-        env: Annotated[dict[str, str] | None, Field(description="Extra environment.")] = None,
+        env: Annotated[Environment | None, Field(description="Extra environment.")] = None,
     ) -> str:
         """Run a shell command in a sandbox; returns exit code, stdout and stderr."""
         out = await resolve(ctx).run_command(
