@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Hashable
 
 import aiohttp
@@ -134,6 +135,21 @@ async def run_for(ctrl: Controller, seconds: float) -> None:
         await ctrl.stop(1)
 
 
+async def run_until(ctrl: Controller, done: Callable[[], bool]) -> None:
+    """Run until ``done()`` holds; a loaded machine gets time, a broken retry still fails."""
+    ctrl.start()
+    try:
+        ctrl.queue.add(REQ)
+        async with asyncio.timeout(10.0):
+            while True:  # polled: the reconciler under test has no event to wait on
+                if done():
+                    break
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)  # room for an extra, unwanted attempt to show up
+    finally:
+        await ctrl.stop(1)
+
+
 def conflict() -> ApiError:
     return error_from_status(409, {"kind": "Status", "code": 409, "reason": "Conflict"})
 
@@ -165,7 +181,7 @@ async def test_transient_failures_are_retried_with_backoff_until_they_heal(
     api.fail("patch", "configmaps", *(make_error() for _ in range(failures)))
     rec = PatchingReconciler(api)
     ctrl = controller(rec, metrics, limiter)
-    await run_for(ctrl, 0.3)
+    await run_until(ctrl, lambda: rec.attempts >= failures + 1)
     assert rec.attempts == failures + 1, label
     assert api.obj(CONFIGMAPS, "cm")["data"] == {"attempt": str(failures + 1)}
     # exponential per-key backoff: 1 ms, 2 ms, 4 ms, then the 4 ms cap
@@ -210,9 +226,11 @@ async def test_programming_error_is_retried_slowly_not_dropped() -> None:
     api, metrics, limiter = fixture()
     rec = PatchingReconciler(api, bug=lambda: {}["spec"])
     ctrl = controller(rec, metrics, limiter, slow_retry=0.1)
-    await run_for(ctrl, 0.35)
-    # every 0.1 s at most: 1 + 3 attempts, give or take one for scheduling
-    assert 2 <= rec.attempts <= 4
+    started = time.monotonic()
+    await run_until(ctrl, lambda: rec.attempts >= 3)
+    # retried, but no sooner than every 0.1 s: three attempts take at least two waits
+    assert time.monotonic() - started >= 0.2
+    assert rec.attempts <= 4  # a hot retry would have run dozens of times by now
     assert sample(metrics, "controller_runtime_reconcile_panics_total") == rec.attempts
 
 
