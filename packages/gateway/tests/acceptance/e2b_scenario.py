@@ -301,6 +301,8 @@ def run_base(recorder: Recorder) -> None:
     recorder.step("list_after_kill", lambda: _listed(suite))
     recorder.step("get_info_after_kill", lambda: _raised(lambda: e2b.Sandbox.get_info(sid)))
     recorder.step("auto_pause", lambda: _auto_pause(suite))
+    if os.environ.get("E2B_SANDBOX_URL"):
+        recorder.step("public_traffic", lambda: _public_traffic(suite))
 
 
 def _auto_pause(suite: str) -> dict[str, Any]:
@@ -324,6 +326,34 @@ def _auto_pause(suite: str) -> dict[str, Any]:
         return {"states": states, "seconds": round(time.monotonic() - started, 1)}
     finally:
         e2b.Sandbox.kill(sandbox.sandbox_id)
+
+
+def _public_traffic(suite: str) -> dict[str, Any]:
+    """A user port (49999) reached without and with the traffic token, as a browser would
+    (``E2B_SANDBOX_URL`` form): default sandbox vs ``allow_public_traffic=False``."""
+    import httpx
+
+    def status(sandbox: Any, token: str | None = None) -> int:
+        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999"}
+        if token:
+            headers["E2B-Traffic-Access-Token"] = token
+        url = os.environ["E2B_SANDBOX_URL"]
+        return httpx.get(f"{url}/health", headers=headers, timeout=30).status_code
+
+    meta = {"suite": suite, "owner": "network"}
+    public = e2b.Sandbox.create(template=TEMPLATE, timeout=60, metadata=meta)
+    private = e2b.Sandbox.create(
+        template=TEMPLATE, timeout=60, metadata=meta, network={"allow_public_traffic": False}
+    )
+    try:
+        return {
+            "public": status(public),
+            "private_without_token": status(private),
+            "private_with_token": status(private, private.traffic_access_token),
+        }
+    finally:
+        public.kill()
+        private.kill()
 
 
 def _raised(call: Callable[[], Any]) -> dict[str, Any]:

@@ -168,6 +168,11 @@ def test_a_pause_on_timeout_sandbox_is_paused_at_its_end(scenario: dict[str, Any
     assert paused["seconds"] < 20, paused
 
 
+def test_user_ports_are_public_unless_the_create_says_otherwise(scenario: dict[str, Any]) -> None:
+    traffic = _step(scenario, "public_traffic")
+    assert traffic == {"public": 200, "private_without_token": 401, "private_with_token": 200}
+
+
 def test_get_info_and_set_timeout(scenario: dict[str, Any]) -> None:
     sandbox_id = _step(scenario, "create")["sandbox_id"]
     info = _step(scenario, "get_info")

@@ -245,3 +245,24 @@ def test_the_advertised_envd_version_is_the_one_sandboxd_implements() -> None:
     from kube_agent_sandbox.sandboxd.init_state import ENVD_VERSION as SANDBOXD_ENVD_VERSION
 
     assert ENVD_VERSION == SANDBOXD_ENVD_VERSION
+
+
+async def test_network_allow_public_traffic_is_kept_on_the_claim(gateway: Gateway) -> None:
+    """``allowPublicTraffic: false`` makes user ports need the traffic token (data plane)."""
+    annotation = "kube-agent-sandbox.io/e2b-allow-public-traffic"
+    for network, expected in (({"allowPublicTraffic": False}, "false"), (None, None), ({}, None)):
+        body: dict[str, object] = {"templateID": "base", "timeout": 60}
+        if network is not None:
+            body["network"] = network
+        response = await gateway.client.post("/v2/sandboxes", json=body, headers=gateway.headers())
+        assert response.status_code == 201, response.text
+        claim = claim_of(gateway.api, response.json()["sandboxID"])
+        assert claim["metadata"]["annotations"].get(annotation) == expected
+    for bad in ({"allowPublicTraffic": "no"}, ["x"]):
+        refused = await gateway.client.post(
+            "/v2/sandboxes",
+            json={"templateID": "base", "network": bad},
+            headers=gateway.headers(),
+        )
+        assert refused.status_code == 400, refused.text
+        assert "network" in refused.json()["message"]

@@ -4,7 +4,8 @@ envd's port (49983) requires ``X-Access-Token`` equal to the sandbox's envd acce
 envd itself does once initialized, with envd's exceptions: ``GET /health`` is open (the SDK's
 ``is_running`` probe), and ``GET``/``POST /files`` also accept a signed URL (the SDK's
 ``download_url``/``upload_url``: ``signature=v1_<base64 sha256(path:op:user:token[:exp])>``,
-optionally ``signature_expiration``). Every other port accepts the traffic access token in
+optionally ``signature_expiration``). Every other port is open when the sandbox's
+traffic is public (E2B's default), else accepts the traffic access token in
 ``E2B-Traffic-Access-Token`` (what the code interpreter's context calls send) or the envd
 token. Comparisons are constant time.
 """
@@ -105,8 +106,13 @@ def authorized(
     headers: Iterable[tuple[bytes, bytes]],
     envd_token: str,
     traffic_token: str,
+    public_traffic: bool = False,
 ) -> bool:
-    """Whether a request may reach ``port`` of the sandbox whose tokens are given."""
+    """Whether a request may reach ``port`` of the sandbox whose tokens are given.
+
+    ``public_traffic``: the sandbox's other ports are open to anyone (E2B's default), as
+    ``get_host(port)`` URLs opened in a browser need.
+    """
     items = list(headers)
     access = header(items, HEADER_ACCESS_TOKEN)
     if port == ENVD_PORT:
@@ -117,4 +123,6 @@ def authorized(
         if path == "/files" and method in ("GET", "POST"):
             return signed_file_url_ok(method, query_string, envd_token)
         return False
+    if public_traffic:
+        return True
     return _equal(header(items, HEADER_TRAFFIC_TOKEN), traffic_token) or _equal(access, envd_token)
