@@ -85,6 +85,9 @@ Integers come out of values.yaml as float64: print them as integers.
 {{- end }}
 {{- if $c.extensions }}
 - "--extensions"
+{{- if $c.idleShutdown }}
+- "--idle-shutdown"
+{{- end }}
 {{- end }}
 - {{ printf "--webhook-service-name=%s" .Values.webhookServiceName | quote }}
 - {{ printf "--webhook-namespace=%s" .Release.Namespace | quote }}

@@ -47,6 +47,8 @@ def rules(path: str) -> list[PolicyRule]:
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "extensions": {"controller": {"extensions": True}},
+    # what the E2B gateway needs of the controller (docs/guides/gateway.md)
+    "gateway": {"controller": {"extensions": True, "idleShutdown": True}},
     "monitoring": {
         "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
     },

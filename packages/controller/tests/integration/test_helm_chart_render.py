@@ -173,6 +173,16 @@ def test_extensions_on(helm: Helm) -> None:
     assert ("ClusterRole", f"{NAME}-extensions") not in _render(helm)
 
 
+def test_idle_shutdown_for_the_gateway(helm: Helm) -> None:
+    args = _container(_render(helm, VARIANTS["gateway"]))["args"]
+    assert parse_args(args).idle_shutdown is True
+    assert parse_args(args).extensions is True
+    assert "--idle-shutdown" not in _container(_render(helm, VARIANTS["extensions"]))["args"]
+    # without the extension controllers there is nothing for it to act on: not passed
+    alone = {"controller": {"idleShutdown": True}}
+    assert "--idle-shutdown" not in _container(_render(helm, alone))["args"]
+
+
 def test_service_monitor_and_prometheus_rule(helm: Helm) -> None:
     values = copy.deepcopy(VARIANTS["monitoring"])
     values["metrics"]["serviceMonitor"]["additionalLabels"] = {"release": "prom"}

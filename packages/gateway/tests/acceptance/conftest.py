@@ -3,7 +3,9 @@
 ``gateway_stack`` starts, against the session's local cluster (kwok nodes: pods become Ready
 without containers):
 
-* ``agent-sandbox-controller --extensions`` as a command, as the generated controller RBAC;
+* ``agent-sandbox-controller`` as a command, as the generated controller RBAC, with the
+  behaviour flags the documented install (``manifests/overlays/gateway``) gives it
+  (``--extensions --idle-shutdown``);
 * a local ``sandboxd`` (envd surface, port 49983 of every sandbox) and a local code
   interpreter (port 49999), because kwok pods run nothing;
 * ``agent-sandbox-gateway serve`` as a ServiceAccount bound only to the generated gateway
@@ -42,6 +44,7 @@ from kube_agent_sandbox.testing.gateway import (
     INTERPRETER_PORT,
     accepts,
     create_key,
+    documented_controller_flags,
     http_status,
     kwok_template_spec,
     start_controller,
@@ -123,7 +126,9 @@ def gateway_stack(
     supervisor = ProcessSupervisor(workdir / "logs")
     try:
         # The controller's identity creates the namespace.
-        start_controller(runner, namespace=namespace, repo_root=REPO)
+        # ...with the flags of the documented install (manifests/overlays/gateway).
+        flags = documented_controller_flags(cluster, REPO / "manifests" / "overlays" / "gateway")
+        start_controller(runner, namespace=namespace, repo_root=REPO, flags=flags)
         _, envd_port = start_daemon(
             supervisor, "sandboxd", ["kube_agent_sandbox.sandboxd"], cwd=files
         )

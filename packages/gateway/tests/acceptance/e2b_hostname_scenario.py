@@ -38,6 +38,7 @@ from importlib import metadata
 from typing import Any
 
 import e2b
+from e2b_scenario import signed_urls
 
 WORKDIR = os.environ.get("SCENARIO_WORKDIR", "/home/user").rstrip("/") or "/"
 TEMPLATE = os.environ.get("SCENARIO_TEMPLATE", "base")
@@ -139,6 +140,7 @@ def run(steps: dict[str, Any]) -> None:
             headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(ENVD_PORT)},
         ),
     )
+    _step(steps, "signed_urls", lambda: signed_urls(sandbox))
     _step(steps, "is_running", sandbox.is_running)
     _step(steps, "kill", sandbox.kill)
     _step(steps, "is_running_after_kill", sandbox.is_running)

@@ -183,6 +183,55 @@ def _files(sandbox: Any) -> dict[str, Any]:
     }
 
 
+def _version_gated(sandbox: Any) -> dict[str, Any]:
+    """The SDK features gated on the advertised envd version, through the real client."""
+    path = f"{WORKDIR}/acceptance-meta.txt"
+    written = sandbox.files.write(path, "m", metadata={"Owner": "acceptance"})
+    watched = f"{WORKDIR}/acceptance-watched"
+    sandbox.files.make_dir(f"{watched}/sub")
+    handle = sandbox.files.watch_dir(watched, recursive=True, include_entry=True)
+    entries: dict[str, str | None] = {}
+    try:
+        sandbox.files.write(f"{watched}/sub/deep.txt", "y")
+        deadline = time.monotonic() + 5
+        while "sub/deep.txt" not in entries and time.monotonic() < deadline:
+            for event in handle.get_new_events():
+                entry = getattr(event, "entry", None)
+                entries[event.name] = None if entry is None else entry.path
+            time.sleep(0.05)
+    finally:
+        handle.stop()
+    return {
+        "envd_version": str(sandbox._envd_version),
+        "written_metadata": written.metadata,
+        "read_metadata": sandbox.files.get_info(path).metadata,
+        "watch_entries": entries,
+    }
+
+
+def signed_urls(sandbox: Any) -> dict[str, Any]:
+    """``upload_url()`` / ``download_url()`` opened as a browser or curl would: no SDK headers.
+
+    (Also used by ``e2b_hostname_scenario.py``.) httpx comes with ``e2b`` and, like the SDK,
+    honours ``HTTPS_PROXY`` and ``SSL_CERT_FILE``.
+    """
+    import httpx
+
+    path = f"{WORKDIR}/acceptance-signed.txt"
+    upload = sandbox.upload_url(path)
+    posted = httpx.post(upload, files={"file": ("x", b"through a signed url\n")}, timeout=30)
+    download = sandbox.download_url(path, use_signature_expiration=120)
+    fetched = httpx.get(download, timeout=30)
+    forged = httpx.get(download.replace("signature=v1_", "signature=v1_x"), timeout=30)
+    return {
+        "upload_status": posted.status_code,
+        "download_status": fetched.status_code,
+        "downloaded": fetched.text,
+        "forged_status": forged.status_code,
+        "read_by_sdk": sandbox.files.read(path),
+    }
+
+
 def _throughput(sandbox: Any, timings: dict[str, float]) -> dict[str, Any]:
     payload = os.urandom(THROUGHPUT_BYTES)
     path = f"{WORKDIR}/acceptance-blob.bin"
@@ -229,6 +278,8 @@ def run_base(recorder: Recorder) -> None:
     recorder.step("round_trips", lambda: _round_trips(sandbox, recorder.timings))
     recorder.step("files", lambda: _files(sandbox))
     recorder.step("throughput", lambda: _throughput(sandbox, recorder.timings))
+    recorder.step("version_gated", lambda: _version_gated(sandbox))
+    recorder.step("signed_urls", lambda: signed_urls(sandbox))
     recorder.step("get_info", lambda: _info(sandbox.get_info()))
     recorder.step("set_timeout", lambda: sandbox.set_timeout(60))
     recorder.step(
@@ -249,6 +300,60 @@ def run_base(recorder: Recorder) -> None:
     recorder.step("is_running_after_kill", sandbox.is_running)
     recorder.step("list_after_kill", lambda: _listed(suite))
     recorder.step("get_info_after_kill", lambda: _raised(lambda: e2b.Sandbox.get_info(sid)))
+    recorder.step("auto_pause", lambda: _auto_pause(suite))
+    if os.environ.get("E2B_SANDBOX_URL"):
+        recorder.step("public_traffic", lambda: _public_traffic(suite))
+
+
+def _auto_pause(suite: str) -> dict[str, Any]:
+    """A 3 s sandbox with ``on_timeout: "pause"``: how soon ``get_info`` says paused (25 s max)."""
+    sandbox = e2b.Sandbox.create(
+        template=TEMPLATE,
+        timeout=3,
+        metadata={"suite": suite, "owner": "auto-pause"},
+        lifecycle={"on_timeout": "pause"},
+    )
+    started = time.monotonic()
+    try:
+        states = []
+        while time.monotonic() - started < 25:
+            state = _info(e2b.Sandbox.get_info(sandbox.sandbox_id))["state"]
+            if not states or states[-1] != state:
+                states.append(state)
+            if state == "paused":
+                break
+            time.sleep(0.5)
+        return {"states": states, "seconds": round(time.monotonic() - started, 1)}
+    finally:
+        e2b.Sandbox.kill(sandbox.sandbox_id)
+
+
+def _public_traffic(suite: str) -> dict[str, Any]:
+    """A user port (49999) reached without and with the traffic token, as a browser would
+    (``E2B_SANDBOX_URL`` form): default sandbox vs ``allow_public_traffic=False``."""
+    import httpx
+
+    def status(sandbox: Any, token: str | None = None) -> int:
+        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999"}
+        if token:
+            headers["E2B-Traffic-Access-Token"] = token
+        url = os.environ["E2B_SANDBOX_URL"]
+        return httpx.get(f"{url}/health", headers=headers, timeout=30).status_code
+
+    meta = {"suite": suite, "owner": "network"}
+    public = e2b.Sandbox.create(template=TEMPLATE, timeout=60, metadata=meta)
+    private = e2b.Sandbox.create(
+        template=TEMPLATE, timeout=60, metadata=meta, network={"allow_public_traffic": False}
+    )
+    try:
+        return {
+            "public": status(public),
+            "private_without_token": status(private),
+            "private_with_token": status(private, private.traffic_access_token),
+        }
+    finally:
+        public.kill()
+        private.kill()
 
 
 def _raised(call: Callable[[], Any]) -> dict[str, Any]:

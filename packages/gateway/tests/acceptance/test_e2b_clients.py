@@ -135,6 +135,44 @@ def test_files_write_read_list_exists(scenario: dict[str, Any], gateway_stack: A
     assert _step(scenario, "throughput")["identical"] is True
 
 
+def test_envd_version_gated_features(scenario: dict[str, Any], gateway_stack: Any) -> None:
+    """File metadata on write (envd 0.6.2) and watch events with entries (0.6.3): the SDK
+    refuses both when the gateway advertises an older envd."""
+    gated = _step(scenario, "version_gated")
+    assert gated["envd_version"] == "0.6.3"
+    assert gated["written_metadata"] == {"owner": "acceptance"}
+    assert gated["read_metadata"] == {"owner": "acceptance"}
+    deep = f"{gateway_stack.workdir}/acceptance-watched/sub/deep.txt"
+    assert gated["watch_entries"].get("sub/deep.txt") == deep, gated
+
+
+def test_signed_file_urls_work_through_the_single_gateway_url(
+    scenario: dict[str, Any], gateway_stack: Any
+) -> None:
+    """The URLs point at E2B_SANDBOX_URL and carry no sandbox header: the signature finds it."""
+    signed = _step(scenario, "signed_urls")
+    assert signed["upload_status"] == 200, signed
+    assert signed["download_status"] == 200, signed
+    assert signed["downloaded"] == "through a signed url\n"
+    assert signed["read_by_sdk"] == "through a signed url\n"
+    assert signed["forged_status"] == 401, signed
+    assert (gateway_stack.workdir / "acceptance-signed.txt").read_text() == "through a signed url\n"
+
+
+def test_a_pause_on_timeout_sandbox_is_paused_at_its_end(scenario: dict[str, Any]) -> None:
+    """The documented install's controller (its flags, see conftest) pauses it: well inside
+    the 30 s after which the gateway's own backstop would step in."""
+    paused = _step(scenario, "auto_pause")
+    assert paused["states"][0] == "running", paused
+    assert paused["states"][-1] == "paused", paused
+    assert paused["seconds"] < 20, paused
+
+
+def test_user_ports_are_public_unless_the_create_says_otherwise(scenario: dict[str, Any]) -> None:
+    traffic = _step(scenario, "public_traffic")
+    assert traffic == {"public": 200, "private_without_token": 401, "private_with_token": 200}
+
+
 def test_get_info_and_set_timeout(scenario: dict[str, Any]) -> None:
     sandbox_id = _step(scenario, "create")["sandbox_id"]
     info = _step(scenario, "get_info")

@@ -185,6 +185,13 @@ def test_commands_and_files_work_over_hostnames(
     assert (gateway_stack.workdir / "hostname-routing.txt").read_text() == "over https by name\n"
 
 
+def test_signed_file_urls_work_through_host_names(scenario: dict[str, Any]) -> None:
+    signed = _step(scenario, "signed_urls")
+    assert (signed["upload_status"], signed["download_status"]) == (200, 200), signed
+    assert signed["downloaded"] == signed["read_by_sdk"] == "through a signed url\n"
+    assert signed["forged_status"] == 401, signed
+
+
 def test_the_host_decides_the_route_not_the_headers(scenario: dict[str, Any]) -> None:
     # Host only, no E2b-Sandbox-* headers: envd's open /health of this sandbox.
     host_only = _step(scenario, "probe_host_only")

@@ -28,6 +28,7 @@ from e2b import AsyncSandbox, CommandExitException, ConnectionConfig
 from packaging.version import Version
 
 from kube_agent_sandbox.controller.runtime import ApiClient, load_kubeconfig
+from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
 from kube_agent_sandbox.gateway.tenants import create_key
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
@@ -143,7 +144,7 @@ def _direct(sandbox: AsyncSandbox, backend: Backend) -> AsyncSandbox:
     return AsyncSandbox(
         sandbox_id=sandbox.sandbox_id,
         sandbox_domain=None,
-        envd_version=Version("0.5.7"),
+        envd_version=Version(ENVD_VERSION),
         envd_access_token=str(token),
         traffic_access_token=None,
         connection_config=config,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kube_agent_sandbox.controller.config import parse_args as parse_controller_args
 from kube_agent_sandbox.controller.rbac import normalize_manifest_rules
 from kube_agent_sandbox.gateway import rbacgen
 from kube_agent_sandbox.gateway.cli import build_parser, options_from_args
@@ -105,6 +106,15 @@ def test_deployment_shape_and_arguments(cluster: ClusterAccess) -> None:
     assert volumes["hmac"]["secret"]["secretName"] == "agent-sandbox-gateway-hmac"
     assert "optional" not in volumes["hmac"]["secret"]
     assert "emptyDir" in volumes[next(n for n, m in mounts.items() if m["mountPath"] == "/tmp")]
+
+
+def test_the_controller_runs_what_the_gateway_hands_it(cluster: ClusterAccess) -> None:
+    """Claims on pools (--extensions) and pause-at / idle timeouts (--idle-shutdown)."""
+    deployment = _build(cluster)[("Deployment", "agent-sandbox-controller")]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    options = parse_controller_args(container["args"])
+    assert options.extensions is True
+    assert options.idle_shutdown is True
 
 
 def test_service_and_least_privilege_role(cluster: ClusterAccess) -> None:

@@ -36,6 +36,7 @@ from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 from kube_agent_sandbox.gateway.dataplane.interfaces import AccessTokens, Record, SandboxLookup
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord
+from kube_agent_sandbox.gateway.periodic import Periodic
 from kube_agent_sandbox.gateway.tokens import verify
 
 __all__ = [
@@ -148,7 +149,7 @@ class ActivityTracker:
         self._clock = clock
         self._wall = wall
         self._entries: dict[tuple[str, str], _Entry] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("activity flush", TICK, self.flush)
         self.writes = 0
         """Lease writes (create or update) made so far."""
         self.failures = 0
@@ -273,27 +274,13 @@ class ActivityTracker:
         self.writes += 1
         return True
 
-    async def run(self) -> None:
-        """Flush every :data:`TICK` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(TICK)
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("activity flush failed")
-
     async def start(self) -> None:
         """Start the flush loop (the gateway state calls this once its caches synced)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="activity-flush")
+        await self._loop.start()
 
     async def stop(self) -> None:
         """Stop the loop after a last flush of what is pending."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
         with contextlib.suppress(Exception):
             await self.flush()
 

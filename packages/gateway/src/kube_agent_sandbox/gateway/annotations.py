@@ -33,6 +33,10 @@ ANNOTATION_TIMEOUT: Final = f"{PROJECT_PREFIX}/e2b-timeout"
 ANNOTATION_ON_TIMEOUT: Final = f"{PROJECT_PREFIX}/e2b-on-timeout"
 """``kill`` (default) or ``pause``: what the E2B timeout does."""
 
+ANNOTATION_PUBLIC_TRAFFIC: Final = f"{PROJECT_PREFIX}/e2b-allow-public-traffic"
+"""``"false"`` when the sandbox's user ports need the traffic token (E2B ``network``
+``allowPublicTraffic: false``); absent or anything else: public, E2B's default."""
+
 ANNOTATION_IDEMPOTENCY_KEY: Final = f"{PROJECT_PREFIX}/e2b-idempotency-key"
 """The ``Idempotency-Key`` of the create that made this claim (de-duplication per tenant)."""
 

@@ -2,7 +2,8 @@
 
 A request addressed to a sandbox goes to the data plane: it carries an ``E2b-Sandbox-Id``
 header (``E2B_SANDBOX_URL`` set, the SDK's default against a plain URL), or its Host is
-``<port>-<id>.<domain>`` (the hostname form). Everything else is the E2B control plane
+``<port>-<id>.<domain>`` (the hostname form), or it is a signed ``/files`` URL that names no
+sandbox (:mod:`.dataplane.signed_urls`). Everything else is the E2B control plane
 (``controlplane``). The lifespan starts and stops :class:`GatewayState`.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -22,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
+from kube_agent_sandbox.gateway.dataplane import responses, signed_urls
 from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 from kube_agent_sandbox.gateway.dataplane.target import TargetError, host_name, names_a_sandbox
@@ -116,7 +118,23 @@ class DataPlaneDispatch:
         if scope["type"] in ("http", "websocket") and is_data_plane(scope, self.domain):
             await data_plane_of(self.state)(scope, receive, send)
             return
+        if signed_urls.is_signed_file_request(scope):
+            sandbox_id = signed_urls.signing_sandbox(scope, self._envd_tokens())
+            if sandbox_id is None:
+                await responses.unauthorized()(scope, receive, send)
+                return
+            addressed = signed_urls.addressed_to(scope, sandbox_id)
+            await data_plane_of(self.state)(addressed, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    def _envd_tokens(self) -> Iterator[tuple[str, str]]:
+        """``(sandbox id, envd access token)`` of every live sandbox the gateway serves."""
+        tokens = self.state.tokens
+        for claim in self.state.index.claims.list():
+            meta = claim["metadata"]
+            if not meta.get("deletionTimestamp"):
+                yield str(meta["name"]), tokens.envd_access_token(str(meta.get("uid") or ""))
 
 
 def data_plane_of(state: GatewayState) -> ASGIApp:

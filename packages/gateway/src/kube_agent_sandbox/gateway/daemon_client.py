@@ -21,8 +21,11 @@ import httpx
 logger = logging.getLogger(__name__)
 
 ENVD_PORT: Final = 49983
-ENVD_VERSION: Final = "0.5.7"
-"""The envd version the gateway advertises (sandboxd implements its gated features)."""
+ENVD_VERSION: Final = "0.6.3"
+"""The envd version the gateway advertises: the newest whose SDK-gated features sandboxd has
+(file metadata on write 0.6.2, watch events with entries 0.6.3). Not 0.6.4: that envd refuses
+watches on network mounts unless asked, which sandboxd does not do. Same as sandboxd's
+``init_state.ENVD_VERSION`` (a unit test compares them)."""
 
 
 RETRIED_STATUSES: Final = frozenset({404, 408, 425, 429, 500, 502, 503, 504})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Protocol
 
 import httpx
@@ -42,6 +43,7 @@ from kube_agent_sandbox.controller.runtime import (
     Informer,
     ListWatcher,
     Manager,
+    Obj,
     load_config,
 )
 from kube_agent_sandbox.gateway.activity import ActivityTracker
@@ -50,6 +52,7 @@ from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
+from kube_agent_sandbox.gateway.overdue_pause import OverduePauses
 from kube_agent_sandbox.gateway.resume import Resumer
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret
@@ -93,6 +96,7 @@ class GatewayState:
         self._tenants: Tenants | None = None
         self.activity = ActivityTracker(self)
         self.resumer = Resumer(self)
+        self.overdue_pauses = OverduePauses(lambda: self.api, self._gateway_sandboxes)
         self.creates: dict[tuple[str, str], asyncio.Future[str]] = {}
         """In-flight creates by ``(namespace, Idempotency-Key)`` -> future of the sandbox id."""
         self.http: httpx.AsyncClient | None = None
@@ -196,6 +200,7 @@ class GatewayState:
         )
         self._build_informers(manager)
         manager.add_runnable(self.activity, needs_leader=True)
+        manager.add_runnable(self.overdue_pauses, needs_leader=True)
         # one client (its TLS context is built once); pods are reached directly, never by proxy
         self.http = httpx.AsyncClient(trust_env=False)
         self._manager = manager
@@ -221,6 +226,14 @@ class GatewayState:
             await self._api.close()
             self._api = None
         self.started = False
+
+    def _gateway_sandboxes(self) -> Iterator[Obj]:
+        """The Sandboxes of the claims this gateway created."""
+        index = self.index
+        for claim in index.claims.list():
+            sandbox = index.record(claim).sandbox
+            if sandbox is not None:
+                yield sandbox
 
     # -- shared operations ------------------------------------------------------------------
     async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str] | None) -> bool:

@@ -40,7 +40,7 @@ async def test_create_makes_a_claim_and_answers_the_sandbox_body(gateway: Gatewa
     sid = body["sandboxID"]
     assert is_sandbox_id(sid)
     assert body["clientID"] == ""
-    assert body["envdVersion"] == "0.5.7"
+    assert body["envdVersion"] == "0.6.3"
     assert body["templateID"] == "base"
     assert body["envdAccessToken"] == gateway.state.tokens.envd_access_token(
         claim_of(gateway.api, sid)["metadata"]["uid"]
@@ -237,3 +237,32 @@ async def test_idempotent_create_keeps_a_slow_claim_for_the_retry(gateway: Gatew
     retry = await gateway.client.post("/v2/sandboxes", json={"templateID": "base"}, headers=headers)
     assert retry.status_code == 201
     assert retry.json()["sandboxID"] == claim["metadata"]["name"]
+
+
+def test_the_advertised_envd_version_is_the_one_sandboxd_implements() -> None:
+    """The SDKs gate features on the version: advertising less hides what sandboxd has."""
+    from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
+    from kube_agent_sandbox.sandboxd.init_state import ENVD_VERSION as SANDBOXD_ENVD_VERSION
+
+    assert ENVD_VERSION == SANDBOXD_ENVD_VERSION
+
+
+async def test_network_allow_public_traffic_is_kept_on_the_claim(gateway: Gateway) -> None:
+    """``allowPublicTraffic: false`` makes user ports need the traffic token (data plane)."""
+    annotation = "kube-agent-sandbox.io/e2b-allow-public-traffic"
+    for network, expected in (({"allowPublicTraffic": False}, "false"), (None, None), ({}, None)):
+        body: dict[str, object] = {"templateID": "base", "timeout": 60}
+        if network is not None:
+            body["network"] = network
+        response = await gateway.client.post("/v2/sandboxes", json=body, headers=gateway.headers())
+        assert response.status_code == 201, response.text
+        claim = claim_of(gateway.api, response.json()["sandboxID"])
+        assert claim["metadata"]["annotations"].get(annotation) == expected
+    for bad in ({"allowPublicTraffic": "no"}, ["x"]):
+        refused = await gateway.client.post(
+            "/v2/sandboxes",
+            json={"templateID": "base", "network": bad},
+            headers=gateway.headers(),
+        )
+        assert refused.status_code == 400, refused.text
+        assert "network" in refused.json()["message"]

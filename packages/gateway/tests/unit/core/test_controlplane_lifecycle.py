@@ -34,7 +34,7 @@ async def test_get_detail(gateway: Gateway) -> None:
     assert detail["metadata"] == {"a": "b"}
     assert detail["cpuCount"] == 2
     assert detail["memoryMB"] == 1024
-    assert detail["envdVersion"] == "0.5.7"
+    assert detail["envdVersion"] == "0.6.3"
     assert detail["lifecycle"] == {"autoResume": False, "onTimeout": "kill"}
     started, ended = parse_time(detail["startedAt"]), parse_time(detail["endAt"])
     assert started is not None

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 from gateway_fakes import Gateway, started_gateway
 
+from kube_agent_sandbox.gateway.dataplane.auth import file_signature
+
 DOMAIN = "sbx.example.test"
 API = f"api.{DOMAIN}"
 
@@ -91,3 +93,21 @@ async def test_a_host_of_another_domain_is_the_control_plane(gw: Gateway) -> Non
         "/files?path=/etc/passwd", headers={"Host": f"49983-{sid}.other.test"}
     )
     assert files.status_code == 404  # no such control-plane route: nothing of the sandbox
+
+
+async def test_a_signed_file_url_without_sandbox_headers_reaches_its_sandbox() -> None:
+    """``E2B_SANDBOX_URL`` form: ``<gateway>/files?…&signature=…`` names no sandbox."""
+    async with started_gateway() as gw:
+        created = await _create(gw)
+        sid, token = str(created["sandboxID"]), str(created["envdAccessToken"])
+        signature = file_signature("/home/user/a.txt", "read", "", token, None)
+        query = {"path": "/home/user/a.txt", "signature": signature}
+        routed = await gw.client.get("/files", params=query)
+        # The data plane answered for this sandbox (the fake cluster runs no pod, so it
+        # cannot be reached), not the control plane's 404 for an unknown route.
+        assert routed.status_code == 502, routed.text
+        assert sid in routed.json()["message"]
+        forged = await gw.client.get("/files", params={**query, "signature": "v1_forged"})
+        assert forged.status_code == 401
+        unsigned = await gw.client.get("/files", params={"path": "/home/user/a.txt"})
+        assert unsigned.status_code == 404

@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 
 from kube_agent_sandbox.api import constants
+from kube_agent_sandbox.gateway.annotations import ANNOTATION_PUBLIC_TRAFFIC
 
 ENVD_TOKEN = "envd-token-of-uid-1"
 TRAFFIC_TOKEN = "traffic-token-of-uid-1"
@@ -42,11 +43,15 @@ def make_record(
     annotations: dict[str, str] | None = None,
     mode: str = "Running",
     pod_annotations: dict[str, str] | None = None,
+    public_traffic: bool = True,
 ) -> Record:
-    """A record of one sandbox in namespace ``tenant-a``."""
+    """A record of one sandbox in namespace ``tenant-a`` (user ports public: E2B's default)."""
+    claim_meta: dict[str, Any] = {"name": sandbox_id, "namespace": "tenant-a", "uid": "uid-1"}
+    if not public_traffic:
+        claim_meta["annotations"] = {ANNOTATION_PUBLIC_TRAFFIC: "false"}
     return Record(
         namespace="tenant-a",
-        claim={"metadata": {"name": sandbox_id, "namespace": "tenant-a", "uid": "uid-1"}},
+        claim={"metadata": claim_meta},
         sandbox={
             "metadata": {"name": sandbox_id, "annotations": dict(annotations or {})},
             "spec": {"operatingMode": mode},

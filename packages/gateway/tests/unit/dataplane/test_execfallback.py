@@ -16,9 +16,17 @@ from typing import Any
 import httpx
 import pytest
 from dataplane_fakes import ENVD_TOKEN, SANDBOX_ID, LocalExec, State, make_record, serve
-from e2b import AsyncSandbox, CommandExitException, ConnectionConfig, FileType, NotFoundException
+from e2b import (
+    AsyncSandbox,
+    CommandExitException,
+    ConnectionConfig,
+    FileType,
+    InvalidArgumentException,
+    NotFoundException,
+)
 from packaging.version import Version
 
+from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
 from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.execscripts import parse_listing, start_argv
 from kube_agent_sandbox.gateway.dataplane.execwire import envelope, read_envelopes
@@ -63,7 +71,7 @@ def sandbox(gateway_url: str) -> AsyncSandbox:
     return AsyncSandbox(
         sandbox_id=SANDBOX_ID,
         sandbox_domain=None,
-        envd_version=Version("0.5.7"),
+        envd_version=Version(ENVD_VERSION),  # what the gateway advertises
         envd_access_token=ENVD_TOKEN,
         traffic_access_token=None,
         connection_config=config,
@@ -83,6 +91,14 @@ async def test_commands_run_streams_and_reports_exit_codes(
         await sandbox.commands.run("echo out; exit 3")
     assert failed.value.exit_code == 3
     assert failed.value.stdout == "out\n"
+
+
+async def test_file_metadata_is_refused_not_dropped(sandbox: AsyncSandbox, home: Path) -> None:
+    """The SDK sends metadata (the advertised envd has it); without sandboxd it cannot be kept."""
+    with pytest.raises(InvalidArgumentException, match="metadata needs sandboxd"):
+        await sandbox.files.write("m.txt", "data", metadata={"owner": "me"})
+    assert not (home / "m.txt").exists()
+    assert (await sandbox.files.write("m.txt", "data")).path == f"{home}/m.txt"
 
 
 async def test_commands_take_env_and_cwd(sandbox: AsyncSandbox, home: Path) -> None:

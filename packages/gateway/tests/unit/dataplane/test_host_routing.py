@@ -131,8 +131,12 @@ async def test_a_token_of_another_sandbox_is_refused_like_none(
     assert state.activity.requests == 0
 
 
-async def test_user_port_by_host_takes_the_traffic_token(client: httpx.AsyncClient) -> None:
+async def test_a_private_user_port_by_host_takes_the_traffic_token(
+    client: httpx.AsyncClient, state: State
+) -> None:
     host = f"3000-{SANDBOX_ID}.{DOMAIN}"
+    assert (await client.get("/headers", headers={"Host": host})).status_code == 200  # public
+    state.index.records[SANDBOX_ID] = make_record(public_traffic=False)
     assert (await client.get("/headers", headers={"Host": host})).status_code == 401
     ok = await client.get(
         "/headers", headers={"Host": host, "E2B-Traffic-Access-Token": TRAFFIC_TOKEN}

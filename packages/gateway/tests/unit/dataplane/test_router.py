@@ -84,7 +84,18 @@ async def test_health_needs_no_token(client: httpx.AsyncClient) -> None:
     assert response.status_code == 204
 
 
-async def test_user_port_takes_the_traffic_token(client: httpx.AsyncClient) -> None:
+async def test_user_ports_are_public_by_default(client: httpx.AsyncClient) -> None:
+    """E2B's default: a ``get_host(port)`` URL works without the traffic token..."""
+    headers = {**ROUTE, "E2b-Sandbox-Port": "3000"}
+    assert (await client.get("/headers", headers=headers)).status_code == 200
+    # ...while envd's port still needs the envd token
+    assert (await client.post("/process.Process/Start", headers=ROUTE)).status_code == 401
+
+
+async def test_a_private_sandboxs_user_port_takes_the_traffic_token(
+    client: httpx.AsyncClient, state: State
+) -> None:
+    state.index.records[SANDBOX_ID] = make_record(public_traffic=False)
     headers = {**ROUTE, "E2b-Sandbox-Port": "3000"}
     assert (await client.get("/headers", headers=headers)).status_code == 401
     ok = await client.get(

@@ -52,7 +52,7 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 async def gateway() -> AsyncIterator[tuple[str, State]]:
     async with serve(echo_app) as upstream_port:
         state = State()
-        state.index.records[SANDBOX_ID] = make_record()
+        state.index.records[SANDBOX_ID] = make_record(public_traffic=False)
         state.index.ports = {3000: upstream_port}
         plane = DataPlane(state)
         async with serve(plane) as port:

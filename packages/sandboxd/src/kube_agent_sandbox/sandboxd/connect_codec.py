@@ -332,17 +332,17 @@ def stream_timeout_seconds(request: Request) -> float | None:
 async def _stream_body(
     request: Request, messages: AsyncGenerator[Message, None]
 ) -> AsyncIterator[bytes]:
-    loop = asyncio.get_running_loop()
     timeout = stream_timeout_seconds(request)
-    deadline = None if timeout is None else loop.time() + timeout
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
     end: Message = {}
     try:
         while True:
+            # The deadline runs in this task (no inner task as with wait_for): when the server
+            # cancels the response because the client left, the cancellation reaches the
+            # handler's generator directly and nothing is left running for aclose() below.
             try:
-                if deadline is None:
+                async with asyncio.timeout_at(deadline):
                     message = await anext(messages)
-                else:
-                    message = await asyncio.wait_for(anext(messages), deadline - loop.time())
             except StopAsyncIteration:
                 break
             yield encode_envelope(message)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 DEFAULT_USER = "user"
-ENVD_VERSION = "0.5.7"
+ENVD_VERSION = "0.6.3"  # the envd release whose SDK-gated features this daemon has
 
 
 @dataclass

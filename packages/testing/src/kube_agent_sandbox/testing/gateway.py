@@ -262,16 +262,56 @@ def create_key(kubeconfig: Path | str, namespace: str) -> str:
     return str(found[0])
 
 
+# Flags of the controller's Deployment that only place it in a cluster (leader election, the
+# conversion webhook, listen addresses, the kubeconfig): a local run sets its own.
+_PLACEMENT_FLAGS = (
+    "--leader-elect",
+    "--leader-election-",
+    "--webhook-",
+    "--enable-webhook",
+    "--metrics-bind-address",
+    "--health-probe-bind-address",
+    "--kubeconfig",
+)
+
+
+def documented_controller_flags(cluster: ClusterAccess, overlay: Path) -> list[str]:
+    """The behaviour flags a kustomize install gives the controller (``--extensions``, ...).
+
+    So the suites run the controller as the documented install configures it: a flag the
+    install forgets fails a test instead of a user.
+
+    Args:
+        cluster: For ``kubectl kustomize``.
+        overlay: The kustomization directory (e.g. ``manifests/overlays/gateway``).
+    """
+    built = yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout)
+    deployment = next(
+        doc
+        for doc in built
+        if doc
+        and doc["kind"] == "Deployment"
+        and doc["metadata"]["name"] == "agent-sandbox-controller"
+    )
+    args = deployment["spec"]["template"]["spec"]["containers"][0].get("args") or []
+    return [str(arg) for arg in args if not str(arg).startswith(_PLACEMENT_FLAGS)]
+
+
 def start_controller(
-    runner: ControllerRunner, *, namespace: str, repo_root: Path
+    runner: ControllerRunner,
+    *,
+    namespace: str,
+    repo_root: Path,
+    flags: Sequence[str] = ("--extensions",),
 ) -> ManagedProcess:
-    """``agent-sandbox-controller --extensions`` as its generated RBAC, once ``/readyz`` answers.
+    """``agent-sandbox-controller <flags>`` as its generated RBAC, once ``/readyz`` answers.
 
     Args:
         runner: The harness that runs the command as the controller's ServiceAccount (it
             creates ``namespace``).
         namespace: Namespace of the ServiceAccount.
         repo_root: The repository root (for ``manifests/rbac``).
+        flags: Its behaviour flags (:func:`documented_controller_flags` of an install).
 
     Returns:
         The controller's process.
@@ -292,7 +332,7 @@ def start_controller(
         "-m",
         "kube_agent_sandbox.controller",
         "--kubeconfig={kubeconfig}",
-        "--extensions",
+        *flags,
         "--leader-elect=false",
         "--enable-webhook=false",
         f"--metrics-bind-address=127.0.0.1:{free_port()}",

@@ -40,6 +40,7 @@ from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_IDEMPOTENCY_KEY,
     ANNOTATION_METADATA,
     ANNOTATION_ON_TIMEOUT,
+    ANNOTATION_PUBLIC_TRAFFIC,
     ANNOTATION_TEMPLATE,
     ANNOTATION_TIMEOUT,
     LABEL_GATEWAY_SANDBOX,
@@ -211,6 +212,8 @@ def claim_manifest(
         ANNOTATION_METADATA: json.dumps(spec.metadata, sort_keys=True, separators=(",", ":")),
         **policy_annotations(spec, now=now),
     }
+    if not spec.allow_public_traffic:
+        annotations[ANNOTATION_PUBLIC_TRAFFIC] = "false"
     if idempotency_key:
         annotations[ANNOTATION_IDEMPOTENCY_KEY] = idempotency_key
     claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}

@@ -2,7 +2,8 @@
 
 Parsing is strict where a wrong value would silently change behaviour (types of
 ``timeout``, ``metadata``, ``envVars``) and lenient about fields the gateway does not
-implement (``mcp``, ``network``, ``iam``...), which are accepted and ignored, as older
+implement (``mcp``, ``iam``, ``network`` apart from ``allowPublicTraffic``...), which are
+accepted and ignored, as older
 SDKs send some of them on every call. Response bodies follow the E2B OpenAPI models the
 SDK parses (``Sandbox``, ``SandboxDetail``, ``ListedSandbox``).
 """
@@ -67,6 +68,21 @@ class CreateRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     env_vars: dict[str, str] = field(default_factory=dict)
     idle_timeout: int | None = None
+    allow_public_traffic: bool = True
+
+
+def _public_traffic(network: Any) -> bool:
+    """``network.allowPublicTraffic`` (absent or null: E2B's default, public)."""
+    if network is None:
+        return True
+    if not isinstance(network, dict):
+        raise BadRequest("network must be an object")
+    value = network.get("allowPublicTraffic")
+    if value is None:
+        return True
+    if not isinstance(value, bool):
+        raise BadRequest("network.allowPublicTraffic must be a boolean")
+    return value
 
 
 def parse_timeout(value: Any, *, default: int, what: str = "timeout") -> int:
@@ -141,6 +157,7 @@ def parse_create(body: Any, *, default_timeout: int) -> CreateRequest:
         metadata=metadata,
         env_vars=env_vars,
         idle_timeout=idle_timeout,
+        allow_public_traffic=_public_traffic(body.get("network")),
     )
 
 

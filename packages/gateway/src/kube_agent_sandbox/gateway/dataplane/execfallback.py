@@ -65,7 +65,6 @@ from kube_agent_sandbox.sdk import execproto
 
 logger = logging.getLogger(__name__)
 
-ENVD_VERSION = "0.5.7"
 KEEPALIVE_SECONDS = 50.0
 MAX_RPC_BODY = 1024 * 1024
 
@@ -185,6 +184,10 @@ class ExecFallback:
         query_path = (query(scope).get("path") or [""])[0]
         content_type = header(scope, b"content-type")
         encoding = header(scope, b"content-encoding").lower()
+        if any(name.lower().startswith(b"x-metadata-") for name, _ in scope["headers"]):
+            # File metadata lives in extended attributes that only sandboxd writes; dropping
+            # it would lose the user's data silently (the SDK raises on a 400).
+            return rest_error(400, "file metadata needs sandboxd in the sandbox image")
         written: list[dict[str, str]] = []
         if content_type.startswith("multipart/"):
             try:

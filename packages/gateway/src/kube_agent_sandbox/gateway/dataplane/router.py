@@ -32,6 +32,7 @@ from typing import Any, Generic
 from starlette.responses import Response
 
 from kube_agent_sandbox.api import constants
+from kube_agent_sandbox.gateway.annotations import ANNOTATION_PUBLIC_TRAFFIC
 from kube_agent_sandbox.gateway.dataplane import auth, responses
 from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.interfaces import (
@@ -274,6 +275,7 @@ class DataPlane(Generic[RecordT]):
             headers=scope.get("headers", []),
             envd_token=tokens.envd_access_token(uid),
             traffic_token=tokens.traffic_access_token(uid),
+            public_traffic=_annotations(record.claim).get(ANNOTATION_PUBLIC_TRAFFIC) != "false",
         ):
             raise NotAuthorized
         return record
