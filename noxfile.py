@@ -228,13 +228,15 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def generate(session: nox.Session) -> None:
-    """Rewrite every generated file (CRDs, RBAC, the sync SDK, the MCP tool reference)."""
+    """Rewrite every generated file (CRDs, RBAC, the sync SDK, the MCP tool reference, the
+    dashboards and alert rules)."""
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen")
     _uv_run(session, "python", "scripts/unasync_sdk.py")
     _uv_run(session, "python", "scripts/mcp_tool_reference.py")
+    _uv_run(session, "python", "scripts/observability.py")
 
 
 @nox.session(name="check-generated")
@@ -246,6 +248,7 @@ def check_generated(session: nox.Session) -> None:
     _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen", "--check")
     _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
     _uv_run(session, "python", "scripts/mcp_tool_reference.py", "--check")
+    _uv_run(session, "python", "scripts/observability.py", "--check")
 
 
 @nox.session
