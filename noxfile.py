@@ -118,7 +118,8 @@ def tests(session: nox.Session) -> None:
 def testenv(session: nox.Session) -> None:
     """Build the local cluster's binaries (etcd, Kubernetes, kwok) into the cache.
 
-    ``nox -s testenv -- --with-helm`` adds helm, ``-- --only helm`` builds helm alone.
+    ``nox -s testenv -- --with-helm`` adds helm, ``-- --with-prometheus`` prometheus and
+    promtool, ``-- --only helm`` builds helm alone.
     """
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", *session.posargs)
@@ -128,8 +129,16 @@ def testenv(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Integration tests against a real kube-apiserver (local cluster by default)."""
     _sync(session)
-    # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py).
-    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-helm")
+    # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py);
+    # promtool: the alert rules' tests (test_alert_rules.py).
+    _uv_run(
+        session,
+        "python",
+        "-m",
+        "kube_agent_sandbox.testing.build",
+        "--with-helm",
+        "--with-prometheus",
+    )
     _pytest_exit_ok(session, f"--ignore={RESTART_TEST}", *INTEGRATION_TESTS)
 
 
