@@ -24,7 +24,7 @@ import typer
 from rich.console import Console
 
 from kube_agent_sandbox.sdk import execproto
-from kube_agent_sandbox.sdk.cli import mcp_command, output
+from kube_agent_sandbox.sdk.cli import mcp_command, output, top
 from kube_agent_sandbox.sdk.config import ClusterConfig, load_kubeconfig
 from kube_agent_sandbox.sdk.errors import (
     ConfigError,
@@ -523,6 +523,7 @@ def delete(
 
 
 mcp_command.register(app, state)
+top.register(app, state, _errors)
 
 UNUSED_IMPORTS = ("httpx._main", "h2")
 """Modules httpx and httpcore load when installed, which this CLI never uses: httpx's own
