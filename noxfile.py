@@ -160,7 +160,8 @@ def faults(session: nox.Session) -> None:
 
 @nox.session(name="gateway-acceptance")
 def gateway_acceptance(session: nox.Session) -> None:
-    """The real E2B and MCP clients against the gateway on the local cluster (issues 14, 24).
+    """The real E2B and MCP clients against the gateway on the local cluster (issues 14, 24),
+    and the dashboards' queries against a real Prometheus scraping that stack (issue 23).
 
     Runs the scenario with the workspace's newest ``e2b`` and with ``e2b`` 2.45.1 (installed
     once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index),
@@ -169,7 +170,8 @@ def gateway_acceptance(session: nox.Session) -> None:
     ``GATEWAY_ACCEPTANCE_RESULTS=<dir>`` keeps each run's steps and timings as JSON.
     """
     _sync(session)
-    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    # prometheus: every dashboard panel's query against the stack (test_observe_dashboards.py)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-prometheus")
     _pytest_exit_ok(session, "packages/gateway/tests/acceptance")
 
 

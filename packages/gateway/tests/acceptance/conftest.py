@@ -51,6 +51,7 @@ from kube_agent_sandbox.testing.gateway import (
     warm_template,
 )
 from kube_agent_sandbox.testing.plugin import namespace_name, unavailable
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
 
 REPO = Path(__file__).resolve().parents[4]
@@ -75,6 +76,8 @@ class GatewayStack:
     envd_port: int
     runner: ControllerRunner
     port_map: dict[int, int]
+    controller_metrics: str
+    """``host:port`` of the controller's ``/metrics``."""
     extra_logs: list[ManagedProcess] = field(default_factory=list)
 
     def fresh_sandboxd(self) -> None:
@@ -123,7 +126,15 @@ def gateway_stack(
     supervisor = ProcessSupervisor(workdir / "logs")
     try:
         # The controller's identity creates the namespace.
-        start_controller(runner, namespace=namespace, repo_root=REPO)
+        # --idle-shutdown: as deployed with the gateway (autoPause relies on it).
+        metrics_port = free_port()
+        start_controller(
+            runner,
+            namespace=namespace,
+            repo_root=REPO,
+            metrics_port=metrics_port,
+            extra_args=["--idle-shutdown"],
+        )
         _, envd_port = start_daemon(
             supervisor, "sandboxd", ["kube_agent_sandbox.sandboxd"], cwd=files
         )
@@ -168,6 +179,7 @@ def gateway_stack(
             envd_port=envd_port,
             runner=runner,
             port_map=port_map,
+            controller_metrics=f"127.0.0.1:{metrics_port}",
         )
     finally:
         supervisor.stop_all()

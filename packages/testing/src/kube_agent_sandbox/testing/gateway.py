@@ -263,7 +263,12 @@ def create_key(kubeconfig: Path | str, namespace: str) -> str:
 
 
 def start_controller(
-    runner: ControllerRunner, *, namespace: str, repo_root: Path
+    runner: ControllerRunner,
+    *,
+    namespace: str,
+    repo_root: Path,
+    metrics_port: int | None = None,
+    extra_args: Sequence[str] = (),
 ) -> ManagedProcess:
     """``agent-sandbox-controller --extensions`` as its generated RBAC, once ``/readyz`` answers.
 
@@ -272,6 +277,8 @@ def start_controller(
             creates ``namespace``).
         namespace: Namespace of the ServiceAccount.
         repo_root: The repository root (for ``manifests/rbac``).
+        metrics_port: Port of ``/metrics`` on 127.0.0.1; a free one when None.
+        extra_args: More flags, e.g. ``--idle-shutdown``.
 
     Returns:
         The controller's process.
@@ -295,8 +302,9 @@ def start_controller(
         "--extensions",
         "--leader-elect=false",
         "--enable-webhook=false",
-        f"--metrics-bind-address=127.0.0.1:{free_port()}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port or free_port()}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
+        *extra_args,
     ]
     process = runner.start_command(argv, identity=identity, name="controller")
     wait_until(
