@@ -6,6 +6,10 @@ claimed from a warm pool (so the pool refills), suspended by its ``autoPause`` d
 idle-controller action), resumed by an E2B connect (a gateway resume), a data-plane request,
 a second sandbox, then both killed. Then each query of each shipped dashboard
 (manifests/observability) must return at least one series with a number.
+
+The same Prometheus evaluates the shipped alert rules (a copy with ``for: 0s``, expressions
+unchanged): a pool no node can fill fires AgentSandboxWarmPoolShort, and claims on it fire
+AgentSandboxClaimsNotReady.
 """
 
 from __future__ import annotations
@@ -18,16 +22,19 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from kube_agent_sandbox.testing.plugin import unavailable
 from kube_agent_sandbox.testing.processes import ProcessSupervisor, wait_until
 from kube_agent_sandbox.testing.prometheus import (
+    firing_alerts,
     instant_query,
     prometheus_binary,
     start_prometheus,
 )
 
 REPO = Path(__file__).resolve().parents[4]
+RULES = REPO / "manifests" / "observability" / "alerts.rules.yaml"
 DASHBOARDS = sorted((REPO / "manifests" / "observability" / "dashboards").glob("*.json"))
 # With --leader-elect=false (the stack's single controller) no replica reports the Lease;
 # the no-leader alert's expression is checked in test_alert_rules.py instead.
@@ -44,6 +51,16 @@ def _queries() -> list[tuple[str, str, str]]:
     return found
 
 
+def _fast_rules(path: Path) -> Path:
+    """The shipped rules with ``for: 0s``: the expressions are the shipped ones, unchanged."""
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            rule["for"] = "0s"
+    path.write_text(yaml.safe_dump(rules))
+    return path
+
+
 def _has_number(url: str, expr: str) -> bool:
     return any(math.isfinite(float(s["value"][1])) for s in instant_query(url, expr))
 
@@ -54,13 +71,15 @@ def prometheus(gateway_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         unavailable(f"{prometheus_binary()} missing: nox -s testenv -- --with-prometheus")
     supervisor = ProcessSupervisor(tmp_path_factory.mktemp("prometheus-logs"))
     try:
+        workdir = tmp_path_factory.mktemp("prometheus")
         url = start_prometheus(
             supervisor,
-            tmp_path_factory.mktemp("prometheus"),
+            workdir,
             {
                 "controller": gateway_stack.controller_metrics,
                 "gateway": gateway_stack.url.removeprefix("http://"),
             },
+            rule_files=[_fast_rules(workdir / "rules.yaml")],
         )
         yield url
     finally:
@@ -106,3 +125,62 @@ def test_every_panel_query_returns_data(gateway_stack: Any, prometheus: str) -> 
     empty = [(d, title, expr) for d, title, expr in queries if not _has_number(prometheus, expr)]
     assert not empty, "panels without data:\n" + "\n".join(map(str, empty))
     assert len(queries) >= 25
+
+
+def _firing(url: str, alert: str) -> list[dict[str, Any]]:
+    return [a for a in firing_alerts(url) if a["labels"]["alertname"] == alert]
+
+
+def test_a_short_pool_and_claims_that_never_become_ready_fire_their_alerts(
+    gateway_stack: Any, prometheus: str, cluster: Any
+) -> None:
+    """A pool whose pods no node takes: it stays short, and its claims never become Ready."""
+    namespace = f"{gateway_stack.namespace}-alerts"
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    group = "extensions.agents.x-k8s.io/v1beta1"
+    spec = {"containers": [{"name": "sandbox", "image": "nowhere:1"}]}
+    spec["nodeSelector"] = {"agent-sandbox.test/no-such-node": "true"}
+    cluster.apply(
+        [
+            {
+                "apiVersion": group,
+                "kind": "SandboxTemplate",
+                "metadata": {"name": "stuck", "namespace": namespace},
+                "spec": {"podTemplate": {"spec": spec}},
+            },
+            {
+                "apiVersion": group,
+                "kind": "SandboxWarmPool",
+                "metadata": {"name": "stuck", "namespace": namespace},
+                "spec": {"replicas": 2, "sandboxTemplateRef": {"name": "stuck"}},
+            },
+        ]
+    )
+    try:
+        wait_until(
+            lambda: len(_firing(prometheus, "AgentSandboxWarmPoolShort")) == 1,
+            timeout=60,
+            what="AgentSandboxWarmPoolShort firing",
+        )
+        (short,) = _firing(prometheus, "AgentSandboxWarmPoolShort")
+        assert short["labels"]["namespace"] == namespace
+        assert short["labels"]["warmpool"] == "stuck"
+        assert not _firing(prometheus, "AgentSandboxClaimsNotReady")
+        # A counter's series starts at its first claim, so increase() counts from the second.
+        for index in range(6):
+            cluster.apply(
+                {
+                    "apiVersion": group,
+                    "kind": "SandboxClaim",
+                    "metadata": {"name": f"stuck-{index}", "namespace": namespace},
+                    "spec": {"warmPoolRef": {"name": "stuck"}},
+                }
+            )
+            time.sleep(1.5)
+        wait_until(
+            lambda: len(_firing(prometheus, "AgentSandboxClaimsNotReady")) == 1,
+            timeout=60,
+            what="AgentSandboxClaimsNotReady firing",
+        )
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")

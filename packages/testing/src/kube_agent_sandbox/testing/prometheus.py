@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,14 @@ def prometheus_binary() -> Path:
 
 
 def start_prometheus(
-    supervisor: ProcessSupervisor, workdir: Path, targets: Mapping[str, str]
+    supervisor: ProcessSupervisor,
+    workdir: Path,
+    targets: Mapping[str, str],
+    *,
+    rule_files: Sequence[Path] = (),
 ) -> str:
-    """Start Prometheus scraping ``targets`` (job -> ``host:port``) every second.
+    """Start Prometheus scraping ``targets`` (job -> ``host:port``) every second, evaluating
+    ``rule_files`` every second.
 
     Returns:
         Its base URL, once ``/-/ready`` answers.
@@ -40,6 +45,7 @@ def start_prometheus(
             {"job_name": job, "static_configs": [{"targets": [target]}]}
             for job, target in targets.items()
         ],
+        "rule_files": [str(p) for p in rule_files],
     }
     config_file = workdir / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(config))
@@ -75,3 +81,10 @@ def instant_query(url: str, expr: str) -> list[dict[str, Any]]:
     if body.get("status") != "success":
         raise AssertionError(f"query {expr!r} failed: {body}")
     return list(body["data"]["result"])
+
+
+def firing_alerts(url: str) -> list[dict[str, Any]]:
+    """The alerts in state ``firing``."""
+    with urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=10) as answer:
+        body = json.loads(answer.read())
+    return [a for a in body["data"]["alerts"] if a.get("state") == "firing"]
