@@ -118,7 +118,8 @@ def tests(session: nox.Session) -> None:
 def testenv(session: nox.Session) -> None:
     """Build the local cluster's binaries (etcd, Kubernetes, kwok) into the cache.
 
-    ``nox -s testenv -- --with-helm`` adds helm, ``-- --only helm`` builds helm alone.
+    ``nox -s testenv -- --with-helm`` adds helm, ``-- --with-prometheus`` prometheus and
+    promtool, ``-- --only helm`` builds helm alone.
     """
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", *session.posargs)
@@ -128,8 +129,16 @@ def testenv(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Integration tests against a real kube-apiserver (local cluster by default)."""
     _sync(session)
-    # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py).
-    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-helm")
+    # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py);
+    # promtool: the alert rules' tests (test_alert_rules.py).
+    _uv_run(
+        session,
+        "python",
+        "-m",
+        "kube_agent_sandbox.testing.build",
+        "--with-helm",
+        "--with-prometheus",
+    )
     _pytest_exit_ok(session, f"--ignore={RESTART_TEST}", *INTEGRATION_TESTS)
 
 
@@ -151,7 +160,8 @@ def faults(session: nox.Session) -> None:
 
 @nox.session(name="gateway-acceptance")
 def gateway_acceptance(session: nox.Session) -> None:
-    """The real E2B and MCP clients against the gateway on the local cluster (issues 14, 24).
+    """The real E2B and MCP clients against the gateway on the local cluster (issues 14, 24),
+    and the dashboards' queries against a real Prometheus scraping that stack (issue 23).
 
     Runs the scenario with the workspace's newest ``e2b`` and with ``e2b`` 2.45.1 (installed
     once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index),
@@ -160,7 +170,8 @@ def gateway_acceptance(session: nox.Session) -> None:
     ``GATEWAY_ACCEPTANCE_RESULTS=<dir>`` keeps each run's steps and timings as JSON.
     """
     _sync(session)
-    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build")
+    # prometheus: every dashboard panel's query against the stack (test_observe_dashboards.py)
+    _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-prometheus")
     _pytest_exit_ok(session, "packages/gateway/tests/acceptance")
 
 
@@ -228,13 +239,15 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def generate(session: nox.Session) -> None:
-    """Rewrite every generated file (CRDs, RBAC, the sync SDK, the MCP tool reference)."""
+    """Rewrite every generated file (CRDs, RBAC, the sync SDK, the MCP tool reference, the
+    dashboards and alert rules)."""
     _sync(session)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.api.crdgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.controller.rbacgen")
     _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen")
     _uv_run(session, "python", "scripts/unasync_sdk.py")
     _uv_run(session, "python", "scripts/mcp_tool_reference.py")
+    _uv_run(session, "python", "scripts/observability.py")
 
 
 @nox.session(name="check-generated")
@@ -246,6 +259,7 @@ def check_generated(session: nox.Session) -> None:
     _uv_run(session, "python", "-m", "kube_agent_sandbox.gateway.rbacgen", "--check")
     _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
     _uv_run(session, "python", "scripts/mcp_tool_reference.py", "--check")
+    _uv_run(session, "python", "scripts/observability.py", "--check")
 
 
 @nox.session

@@ -202,20 +202,58 @@ def test_service_monitor_and_prometheus_rule(helm: Helm) -> None:
     assert not selected.items() <= webhook["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
 
-    (group,) = objects[("PrometheusRule", NAME)]["spec"]["groups"]
+    group, shipped = objects[("PrometheusRule", NAME)]["spec"]["groups"]
     (alert,) = group["rules"]
     assert alert["alert"] == "AgentSandboxControllerMetricsTargetsDown"
     assert alert["for"] == "5m"
     assert alert["labels"] == {"severity": "warning"}
     assert alert["expr"] == f'absent(up{{namespace="{NAMESPACE}", service="sandbox-metrics"}} == 1)'
+    # The shipped alerts are the plain rules file's, unchanged.
+    plain = yaml.safe_load((REPO / "manifests" / "observability" / "alerts.rules.yaml").read_text())
+    assert [shipped] == plain["groups"]
+    assert [r["alert"] for r in shipped["rules"]] == [
+        "AgentSandboxWarmPoolShort",
+        "AgentSandboxClaimsNotReady",
+        "AgentSandboxReconcileErrors",
+        "AgentSandboxNoLeader",
+    ]
+
+
+def test_shipped_alerts_can_be_left_out(helm: Helm) -> None:
+    values = {"metrics": {"prometheusRule": {"enabled": True, "alerts": False}}}
+    groups = _render(helm, values)[("PrometheusRule", NAME)]["spec"]["groups"]
+    assert [g["name"] for g in groups] == ["agent-sandbox-controller"]
+
+
+def test_dashboards_are_opt_in_configmaps_for_the_sidecar(helm: Helm) -> None:
+    assert not [key for key in _render(helm) if key[0] == "ConfigMap"]
+    values = {
+        "metrics": {
+            "dashboards": {
+                "enabled": True,
+                "namespace": "monitoring",
+                "annotations": {"grafana_folder": "Agent Sandbox"},
+            }
+        }
+    }
+    maps = {key[1]: obj for key, obj in _render(helm, values).items() if key[0] == "ConfigMap"}
+    shipped = sorted((REPO / "manifests" / "observability" / "dashboards").glob("*.json"))
+    assert len(maps) == len(shipped) == 3
+    for path in shipped:
+        name = f"{NAME}-dashboard-{path.stem.removeprefix('agent-sandbox-')}"
+        config_map = maps[name]
+        assert config_map["metadata"]["namespace"] == "monitoring"
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["annotations"] == {"grafana_folder": "Agent Sandbox"}
+        assert config_map["data"] == {path.name: path.read_text().rstrip("\n")}
 
 
 def test_extra_rule_groups_are_appended(helm: Helm) -> None:
     extra = {"name": "mine", "rules": [{"record": "x:up", "expr": "sum(up)"}]}
     values = {"metrics": {"prometheusRule": {"enabled": True, "rules": [extra]}}}
     groups = _render(helm, values)[("PrometheusRule", NAME)]["spec"]["groups"]
-    assert [g["name"] for g in groups] == ["agent-sandbox-controller", "mine"]
-    assert groups[1] == extra
+    assert [g["name"] for g in groups] == ["agent-sandbox-controller", "agent-sandbox", "mine"]
+    assert groups[2] == extra
 
 
 def test_two_replicas_with_leader_election(helm: Helm) -> None:

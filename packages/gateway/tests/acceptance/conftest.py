@@ -54,6 +54,7 @@ from kube_agent_sandbox.testing.gateway import (
     warm_template,
 )
 from kube_agent_sandbox.testing.plugin import namespace_name, unavailable
+from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
 
 REPO = Path(__file__).resolve().parents[4]
@@ -78,6 +79,8 @@ class GatewayStack:
     envd_port: int
     runner: ControllerRunner
     port_map: dict[int, int]
+    controller_metrics: str
+    """``host:port`` of the controller's ``/metrics``."""
     extra_logs: list[ManagedProcess] = field(default_factory=list)
 
     def fresh_sandboxd(self) -> None:
@@ -128,7 +131,10 @@ def gateway_stack(
         # The controller's identity creates the namespace.
         # ...with the flags of the documented install (manifests/overlays/gateway).
         flags = documented_controller_flags(cluster, REPO / "manifests" / "overlays" / "gateway")
-        start_controller(runner, namespace=namespace, repo_root=REPO, flags=flags)
+        metrics_port = free_port()
+        start_controller(
+            runner, namespace=namespace, repo_root=REPO, flags=flags, metrics_port=metrics_port
+        )
         _, envd_port = start_daemon(
             supervisor, "sandboxd", ["kube_agent_sandbox.sandboxd"], cwd=files
         )
@@ -173,6 +179,7 @@ def gateway_stack(
             envd_port=envd_port,
             runner=runner,
             port_map=port_map,
+            controller_metrics=f"127.0.0.1:{metrics_port}",
         )
     finally:
         supervisor.stop_all()

@@ -52,3 +52,34 @@ def test_cli_lifecycle(cluster: ClusterAccess, namespace: str, tmp_path: Path) -
     assert "not found" in err
     assert run("delete", "cli-box", "--ignore-not-found")[0] == 0
     assert run("wait", "ghost", "--timeout", "1")[0] == cli.EXIT_NOT_FOUND
+
+
+def test_top_once_shows_sandboxes_and_pools(
+    cluster: ClusterAccess, namespace: str, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "sandbox.yaml"
+    manifest.write_text(MANIFEST.replace("cli-box", "top-box"))
+    runner = CliRunner()
+    base = ["--kubeconfig", str(cluster.kubeconfig), "-n", namespace]
+    assert runner.invoke(cli.app, [*base, "create", "-f", str(manifest)]).exit_code == 0
+    # A pool nobody fills here (no extensions controller): 0 of 2 ready.
+    cluster.apply(
+        {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": "top-pool", "namespace": namespace},
+            "spec": {"replicas": 2, "sandboxTemplateRef": {"name": "none"}},
+        }
+    )
+    result = runner.invoke(cli.app, [*base, "top", "--once"])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "1 sandboxes, 1 ready; 1 warm pools; resource use n/a (no metrics-server)"
+    row = next(line.split() for line in lines if line.startswith("top-box"))
+    # The local cluster has no metrics-server: CPU and memory say so.
+    assert row[1:4] == ["True", "DependenciesReady", "Running"]
+    assert row[-2:] == ["n/a", "n/a"]
+    pool = next(line.split() for line in lines if line.startswith("top-pool"))
+    assert pool[1:3] == ["0", "2"]
+    bad = runner.invoke(cli.app, [*base, "top", "--interval", "0"])
+    assert bad.exit_code == cli.EXIT_USAGE

@@ -28,7 +28,14 @@ from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 from kube_agent_sandbox.gateway.dataplane.target import TargetError, host_name, names_a_sandbox
 from kube_agent_sandbox.gateway.errors import e2b_error
-from kube_agent_sandbox.gateway.mcp_endpoint import McpDispatch, McpEndpoint
+from kube_agent_sandbox.gateway.mcp_endpoint import MCP_PATH, McpDispatch, McpEndpoint
+from kube_agent_sandbox.gateway.metrics import (
+    PLANE_CONTROL,
+    PLANE_DATA,
+    PLANE_MCP,
+    MetricsMiddleware,
+    PlaneOf,
+)
 from kube_agent_sandbox.gateway.state import HEARTBEAT_PATH, GatewayState
 
 logger = logging.getLogger(__name__)
@@ -137,6 +144,20 @@ class DataPlaneDispatch:
                 yield str(meta["name"]), tokens.envd_access_token(str(meta.get("uid") or ""))
 
 
+def plane_classifier(domain: str | None) -> PlaneOf:
+    """The plane of a request by the same rules the dispatch middlewares follow."""
+
+    def plane_of(scope: Scope) -> str:
+        if is_data_plane(scope, domain):
+            return PLANE_DATA
+        path = str(scope.get("path", ""))
+        if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
+            return PLANE_MCP
+        return PLANE_CONTROL
+
+    return plane_of
+
+
 def data_plane_of(state: GatewayState) -> ASGIApp:
     """The data-plane app of ``state``, built on first use (after the state started)."""
     app = state.data_plane
@@ -177,9 +198,14 @@ def build_app(state: GatewayState) -> Starlette:
         return e2b_error(500, "internal gateway error", should_retry=False)
 
     app = Starlette(
-        routes=control_plane_routes(state),
+        routes=[*control_plane_routes(state), state.metrics.route()],
         exception_handlers={Exception: internal_error},
         middleware=[
+            Middleware(
+                MetricsMiddleware,
+                metrics=state.metrics,
+                plane_of=plane_classifier(state.options.domain),
+            ),
             Middleware(DataPlaneDispatch, state=state),
             Middleware(McpDispatch, endpoint=mcp),
         ],

@@ -24,6 +24,7 @@ from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 from kube_agent_sandbox.gateway.activity import KeepAlive
 from kube_agent_sandbox.gateway.annotations import ANNOTATION_TIMEOUT
 from kube_agent_sandbox.gateway.index import SandboxIndex, SandboxRecord
+from kube_agent_sandbox.gateway.metrics import GatewayMetrics
 
 __all__ = [
     "RESUMABLE_BY",
@@ -115,6 +116,7 @@ class Resumer:
         state: The gateway state (see :class:`ResumerState`).
         wall: The current UTC time (tests).
         ready_budget: Seconds to wait for the Pod to be Ready.
+        metrics: Where finished attempts are counted by result (none when omitted).
     """
 
     def __init__(
@@ -123,8 +125,10 @@ class Resumer:
         *,
         wall: Callable[[], dt.datetime] = _utcnow,
         ready_budget: float = READY_BUDGET,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.state = state
+        self.metrics = metrics
         self._wall = wall
         self.ready_budget = ready_budget
         self._inflight: dict[tuple[str, str], asyncio.Task[SandboxRecord]] = {}
@@ -162,6 +166,8 @@ class Resumer:
     def _done(self, key: tuple[str, str], task: asyncio.Task[SandboxRecord]) -> None:
         if self._inflight.get(key) is task:
             del self._inflight[key]
+        if self.metrics is not None and not task.cancelled():
+            self.metrics.record_resume(task.exception())
         if not task.cancelled() and task.exception() is not None:
             log.info("sandbox %s: resume failed: %s", key[1], task.exception())
 

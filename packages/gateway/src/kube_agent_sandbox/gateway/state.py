@@ -52,6 +52,7 @@ from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
+from kube_agent_sandbox.gateway.metrics import GatewayMetrics
 from kube_agent_sandbox.gateway.overdue_pause import OverduePauses
 from kube_agent_sandbox.gateway.resume import Resumer
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
@@ -95,7 +96,8 @@ class GatewayState:
         self._index: SandboxIndex | None = None
         self._tenants: Tenants | None = None
         self.activity = ActivityTracker(self)
-        self.resumer = Resumer(self)
+        self.metrics = GatewayMetrics()
+        self.resumer = Resumer(self, metrics=self.metrics)
         self.overdue_pauses = OverduePauses(lambda: self.api, self._gateway_sandboxes)
         self.creates: dict[tuple[str, str], asyncio.Future[str]] = {}
         """In-flight creates by ``(namespace, Idempotency-Key)`` -> future of the sandbox id."""

@@ -1,12 +1,14 @@
 """Build the local test cluster's binaries from Go modules into a cache outside the repository.
 
 There is no container engine or release download on the machines that test this project, but
-the Go module proxy is reachable, so etcd, the Kubernetes components, kwok and (for the Helm
-chart's tests) helm are compiled from their modules at the versions pinned in ``versions.py``.
+the Go module proxy is reachable, so etcd, the Kubernetes components, kwok, (for the Helm
+chart's tests) helm and (for the dashboards' and alerts' tests) Prometheus are compiled from
+their modules at the versions pinned in ``versions.py``.
 The build is idempotent: a binary that is present and reports the pinned version is never
 rebuilt.
 
-Usage: ``python -m kube_agent_sandbox.testing.build [--with-node] [--with-helm] [--only helm]``
+Usage: ``python -m kube_agent_sandbox.testing.build [--with-node] [--with-helm]
+[--with-prometheus] [--only helm]``
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ def _go_env() -> dict[str, str]:
 
 
 def _version_output(binary: Path) -> str:
-    # etcd and kwok take --version; the Kubernetes binaries take --version too, but kubectl
-    # wants `version --client` and helm `version`.
+    # etcd, kwok, prometheus and promtool take --version; the Kubernetes binaries take
+    # --version too, but kubectl wants `version --client` and helm `version`.
     args = {"kubectl": ["version", "--client"], "helm": ["version"]}.get(binary.name, ["--version"])
     try:
         out = subprocess.run(
@@ -251,6 +253,36 @@ def build_helm(bin_dir: Path) -> None:
         raise BuildError(f"{bin_dir / 'helm'} does not report version {versions.HELM_VERSION}")
 
 
+def build_prometheus(bin_dir: Path) -> None:
+    """Install prometheus and promtool, stamping the pinned version into them.
+
+    A module build reports no version otherwise; ``-mod=mod`` is dropped because ``go install
+    pkg@version`` resolves the module's own go.mod.
+    """
+    wanted = versions.PROMETHEUS_VERSION
+    if all(_has_version(bin_dir / n, wanted) for n in versions.PROMETHEUS_BINARIES):
+        _log(f"prometheus {wanted} present")
+        return
+    env = _go_env()
+    env["GOBIN"] = str(bin_dir)
+    env.pop("GOFLAGS", None)
+    stamp = f"-s -w -X github.com/prometheus/common/version.Version={wanted.lstrip('v')}"
+    packages = [
+        f"{versions.PROMETHEUS_MODULE}/cmd/{n}@{versions.PROMETHEUS_MODULE_VERSION}"
+        for n in versions.PROMETHEUS_BINARIES
+    ]
+    _log(f"building prometheus, promtool {wanted} (cold: ~6 min on 2 cores)")
+    _run_go(
+        ["install", "-v", "-trimpath", "-ldflags", stamp, *packages],
+        cwd=bin_dir,
+        env=env,
+        what="prometheus",
+    )
+    for name in versions.PROMETHEUS_BINARIES:
+        if not _has_version(bin_dir / name, wanted):
+            raise BuildError(f"{bin_dir / name} does not report version {wanted}")
+
+
 def kwok_stage_dir() -> Path:
     """kwok's stock Stage definitions, read from the Go module cache (never copied)."""
     modcache = subprocess.run(
@@ -259,7 +291,7 @@ def kwok_stage_dir() -> Path:
     return Path(modcache) / f"sigs.k8s.io/kwok@{versions.KWOK_VERSION}" / "kustomize" / "stage"
 
 
-COMPONENTS = ("etcd", "kwok", "kubernetes", "helm")
+COMPONENTS = ("etcd", "kwok", "kubernetes", "helm", "prometheus")
 """What ``--only`` can select."""
 
 
@@ -283,16 +315,20 @@ def build_only(names: Sequence[str], *, with_node: bool = False) -> Path:
         build_kubernetes(bin_dir, [*versions.KUBERNETES_BINARIES, *extra])
     if "helm" in names:
         build_helm(bin_dir)
+    if "prometheus" in names:
+        build_prometheus(bin_dir)
     return bin_dir
 
 
-def build_all(*, with_node: bool, with_helm: bool = False) -> Path:
+def build_all(*, with_node: bool, with_helm: bool = False, with_prometheus: bool = False) -> Path:
     """Build everything that is missing and return the binary directory."""
     bin_dir = versions.bin_dir()
     bin_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     if with_helm:
         build_helm(bin_dir)
+    if with_prometheus:
+        build_prometheus(bin_dir)
     build_etcd(bin_dir)
     build_kwok(bin_dir)
     names = list(versions.KUBERNETES_BINARIES)
@@ -318,6 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--with-helm", action="store_true", help="also build helm (the Helm chart's tests)"
     )
     parser.add_argument(
+        "--with-prometheus",
+        action="store_true",
+        help="also build prometheus and promtool (the dashboards' and alerts' tests)",
+    )
+    parser.add_argument(
         "--only",
         action="append",
         choices=COMPONENTS,
@@ -329,7 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only:
             build_only(args.only, with_node=args.with_node)
         else:
-            build_all(with_node=args.with_node, with_helm=args.with_helm)
+            build_all(
+                with_node=args.with_node,
+                with_helm=args.with_helm,
+                with_prometheus=args.with_prometheus,
+            )
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

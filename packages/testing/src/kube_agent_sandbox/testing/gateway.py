@@ -303,6 +303,7 @@ def start_controller(
     namespace: str,
     repo_root: Path,
     flags: Sequence[str] = ("--extensions",),
+    metrics_port: int | None = None,
 ) -> ManagedProcess:
     """``agent-sandbox-controller <flags>`` as its generated RBAC, once ``/readyz`` answers.
 
@@ -312,6 +313,7 @@ def start_controller(
         namespace: Namespace of the ServiceAccount.
         repo_root: The repository root (for ``manifests/rbac``).
         flags: Its behaviour flags (:func:`documented_controller_flags` of an install).
+        metrics_port: Port of ``/metrics`` on 127.0.0.1; a free one when None.
 
     Returns:
         The controller's process.
@@ -335,7 +337,7 @@ def start_controller(
         *flags,
         "--leader-elect=false",
         "--enable-webhook=false",
-        f"--metrics-bind-address=127.0.0.1:{free_port()}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port or free_port()}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
     ]
     process = runner.start_command(argv, identity=identity, name="controller")

@@ -19,6 +19,13 @@ KWOK_VERSION = "v0.8.0"
 # same directory; a bump rebuilds helm only (its version is checked, not part of the path).
 HELM_VERSION = "v4.3.2"
 HELM_MODULE = "helm.sh/helm/v4"
+# Prometheus (and promtool), for the dashboards' and alert rules' tests. Prometheus v3.x.y is
+# published as the Go module version v0.3xx.y; built like helm, its version checked, not in
+# the path. The web UI's assets are not built in: the tests use the HTTP API only.
+PROMETHEUS_VERSION = "v3.16.0"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
+PROMETHEUS_BINARIES = ("prometheus", "promtool")
 
 KUBERNETES_BINARIES = (
     "kube-apiserver",

@@ -36,6 +36,7 @@ from kube_agent_sandbox.extensions.idle.defaults import (
     owning_claim_name,
     template_name,
 )
+from kube_agent_sandbox.extensions.idle.metrics import ACTION_DELETE, ACTION_SUSPEND, IdleMetrics
 from kube_agent_sandbox.extensions.idle.policy import MIN_IDLE_TIMEOUT, IdlePolicy, parse_policy
 
 __all__ = [
@@ -123,6 +124,7 @@ class IdleReconciler:
         recorder: Events about Sandboxes.
         clock: The current time (tests pass a fake clock).
         min_idle_timeout: The shortest idle timeout accepted, in seconds.
+        metrics: Where suspensions and deletions are counted (none when omitted).
     """
 
     def __init__(
@@ -136,8 +138,10 @@ class IdleReconciler:
         recorder: EventRecorder,
         clock: Callable[[], dt.datetime] = _utcnow,
         min_idle_timeout: float = MIN_IDLE_TIMEOUT,
+        metrics: IdleMetrics | None = None,
     ) -> None:
         self._client = client
+        self._metrics = metrics
         self._sandboxes = sandboxes
         self._leases = leases
         self._claims = claims
@@ -348,6 +352,8 @@ class IdleReconciler:
             extra={"sandbox": f"{m.get('namespace')}/{m.get('name')}", "by": by},
         )
         self._recorder.event(patched, type_="Normal", reason=reason, action="Suspend", note=note)
+        if self._metrics is not None:
+            self._metrics.acted(str(m.get("namespace") or ""), ACTION_SUSPEND, reason)
 
     async def _delete(self, sandbox: Obj, *, note: str) -> None:
         m = meta(sandbox)
@@ -387,6 +393,8 @@ class IdleReconciler:
                 raise _Stale from err
             raise
         log.info("idle sandbox deleted", extra={"sandbox": f"{namespace}/{name}", "target": target})
+        if self._metrics is not None:
+            self._metrics.acted(namespace, ACTION_DELETE, EVENT_IDLE_DELETED)
         self._recorder.event(
             live,
             type_="Normal",

@@ -16,6 +16,7 @@ from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, 
 from kube_agent_sandbox.api.rest import LEASES, POD_METRICS
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import ControllerBuilder, Obj, Request, meta
+from kube_agent_sandbox.extensions.idle.metrics import IdleMetrics
 from kube_agent_sandbox.extensions.idle.policy import MIN_IDLE_TIMEOUT
 from kube_agent_sandbox.extensions.idle.reconciler import IdleReconciler
 from kube_agent_sandbox.extensions.idle.resources import HEARTBEAT_SELECTOR
@@ -82,6 +83,7 @@ def setup(
         templates=templates,
         recorder=manager.event_recorder(EVENT_REPORTER),
         min_idle_timeout=minimum,
+        metrics=IdleMetrics(manager.registry),
     )
     (
         ControllerBuilder(manager, CONTROLLER_NAME)

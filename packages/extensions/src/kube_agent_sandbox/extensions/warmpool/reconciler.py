@@ -55,6 +55,7 @@ from kube_agent_sandbox.extensions.warmpool.members import (
     is_terminating,
     pod_name_of,
 )
+from kube_agent_sandbox.extensions.warmpool.metrics import WarmPoolMetrics
 from kube_agent_sandbox.extensions.warmpool.passes import Pass, PoolState, uid_of
 from kube_agent_sandbox.extensions.warmpool.progress import (
     ProgressSignal,
@@ -142,6 +143,7 @@ class WarmPoolReconciler:
         clock: Monotonic seconds (refill shaping).
         now: Wall clock (member ages).
         jitter: Random number in [0, 1) for the grace requeue jitter.
+        metrics: Where created members are counted (none when omitted).
     """
 
     def __init__(
@@ -158,8 +160,10 @@ class WarmPoolReconciler:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], dt.datetime] = _utcnow,
         jitter: Callable[[], float] = random.random,
+        metrics: WarmPoolMetrics | None = None,
     ) -> None:
         self.client = client
+        self.metrics = metrics
         self.pools = pools
         self.sandboxes = sandboxes
         self.templates = templates
@@ -260,7 +264,7 @@ class WarmPoolReconciler:
             if hold > 0 and current < desired:
                 run.requeue.at_most(hold)
             elif total < desired:
-                await create_members(
+                created = await create_members(
                     run,
                     state,
                     min(desired - total, self.settings.batch),
@@ -268,6 +272,8 @@ class WarmPoolReconciler:
                     client=self.client,
                     expectations=self.expectations,
                 )
+                if self.metrics is not None:
+                    self.metrics.members_created(request, created)
         if current > desired:
             await trim_members(
                 run,

@@ -36,7 +36,7 @@ async def create_members(
     body: Callable[[], Obj],
     client: Client,
     expectations: Expectations,
-) -> None:
+) -> int:
     """Create up to ``deficit`` members, paced and gated by the expectations.
 
     Args:
@@ -46,18 +46,21 @@ async def create_members(
         body: Builds the member to create (called once, only if something is created).
         client: Writes go here.
         expectations: Pending creations are recorded here before the creates.
+
+    Returns:
+        How many members were created.
     """
     granted = deficit
     if state.bucket is not None:
         granted, wait = state.bucket.take(deficit)
         if granted == 0:
             run.requeue.at_most(wait)
-            return
+            return 0
     if not expectations.try_expect_creations(run.key, granted):
         if state.bucket is not None:
             state.bucket.refund(granted)
         run.requeue.at_most(EXPECTATIONS_REQUEUE)
-        return
+        return 0
     member = body()
 
     async def create(_: int) -> None:
@@ -79,6 +82,7 @@ async def create_members(
         extra={"pool": str(run.key), "created": created, "wanted": granted},
     )
     run.errors.extend(errors)
+    return created
 
 
 async def trim_members(

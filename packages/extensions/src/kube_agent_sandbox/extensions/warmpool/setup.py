@@ -36,6 +36,7 @@ from kube_agent_sandbox.extensions.warmpool.indexes import (
     template_ref_index,
     template_ref_key,
 )
+from kube_agent_sandbox.extensions.warmpool.metrics import WarmPoolMetrics
 from kube_agent_sandbox.extensions.warmpool.reconciler import (
     WarmPoolReconciler,
     WarmPoolSettings,
@@ -154,6 +155,7 @@ def setup(
         pods=pods,
         recorder=manager.event_recorder(EVENT_REPORTER),
         settings=WarmPoolSettings.from_options(options),
+        metrics=WarmPoolMetrics(manager.registry, pools),
     )
     (
         ControllerBuilder(manager, CONTROLLER_NAME)
