@@ -130,7 +130,10 @@ def integration(session: nox.Session) -> None:
     _sync(session)
     # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py).
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-helm")
-    _pytest_exit_ok(session, f"--ignore={RESTART_TEST}", *INTEGRATION_TESTS)
+    # --cluster-registry: the snapshot tests push to and pull from a real OCI registry (TLS).
+    _pytest_exit_ok(
+        session, f"--ignore={RESTART_TEST}", "--cluster-registry=tls", *INTEGRATION_TESTS
+    )
 
 
 # Restarts kube-apiserver and compacts etcd. On the shared integration cluster that disturbs the

@@ -20,6 +20,11 @@ KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v4.3.2"
 HELM_MODULE = "helm.sh/helm/v4"
 
+# The CNCF distribution registry (an OCI registry) for the snapshot tests: images are pushed to
+# and pulled from it over the OCI distribution API, like from any registry an operator runs.
+REGISTRY_VERSION = "v3.1.2"
+REGISTRY_MODULE = "github.com/distribution/distribution/v3"
+
 KUBERNETES_BINARIES = (
     "kube-apiserver",
     "kube-controller-manager",
