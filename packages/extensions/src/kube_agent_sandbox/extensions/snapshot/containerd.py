@@ -14,7 +14,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 CRI_NAMESPACE: Final = "k8s.io"
 SUPPORTED_SNAPSHOTTER: Final = "overlayfs"
@@ -133,23 +133,32 @@ class ContainerdNode:
                 return fields[2], fields[1]
         raise ContainerdError(f"containerd holds no image named {image!r}")
 
+    def _content_get(self, digest: str, out: int | IO[bytes], timeout: float) -> bytes:
+        """Run ``ctr content get``; return what stdout captured (nothing when ``out`` is a file)."""
+        try:
+            result = subprocess.run(
+                self._argv("content", "get", digest),
+                stdout=out,
+                stderr=subprocess.PIPE,
+                timeout=timeout,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise ContainerdError(f"ctr content get {digest}: {err}") from err
+        if result.returncode != 0:
+            raise ContainerdError(
+                f"the content store has no blob {digest} (was the base image pruned?): "
+                f"{result.stderr.decode().strip()}"
+            )
+        return result.stdout or b""
+
     def read_content(self, digest: str) -> bytes:
         """A small blob (manifest, index, config) of the content store.
 
         Raises:
             ContainerdError: The content store does not hold it.
         """
-        try:
-            result = subprocess.run(
-                self._argv("content", "get", digest), capture_output=True, timeout=60, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise ContainerdError(f"ctr content get {digest}: {err}") from err
-        if result.returncode != 0:
-            raise ContainerdError(
-                f"the content store has no blob {digest}: {result.stderr.decode().strip()}"
-            )
-        return result.stdout
+        return self._content_get(digest, subprocess.PIPE, timeout=60)
 
     def copy_content(self, digest: str, target: Path) -> None:
         """Stream a blob of the content store (a layer may be large) into ``target``.
@@ -158,21 +167,7 @@ class ContainerdNode:
             ContainerdError: The content store does not hold it.
         """
         with target.open("wb") as out:
-            try:
-                result = subprocess.run(
-                    self._argv("content", "get", digest),
-                    stdout=out,
-                    stderr=subprocess.PIPE,
-                    timeout=1800,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as err:
-                raise ContainerdError(f"ctr content get {digest}: {err}") from err
-        if result.returncode != 0:
-            raise ContainerdError(
-                f"the content store has no blob {digest} (was the base image pruned?): "
-                f"{result.stderr.decode().strip()}"
-            )
+            self._content_get(digest, out, timeout=1800)
 
     def pause(self, container_id: str) -> None:
         """Freeze the container's processes (its cgroup's freezer)."""
