@@ -139,7 +139,10 @@ def integration(session: nox.Session) -> None:
         "--with-helm",
         "--with-prometheus",
     )
-    _pytest_exit_ok(session, f"--ignore={RESTART_TEST}", *INTEGRATION_TESTS)
+    # --cluster-registry: the snapshot tests push to and pull from a real OCI registry (TLS).
+    _pytest_exit_ok(
+        session, f"--ignore={RESTART_TEST}", "--cluster-registry=tls", *INTEGRATION_TESTS
+    )
 
 
 # Restarts kube-apiserver and compacts etcd. On the shared integration cluster that disturbs the

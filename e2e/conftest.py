@@ -28,6 +28,7 @@ from kube_agent_sandbox.testing.node.cluster import (
 from kube_agent_sandbox.testing.node.realnode import RealNode, missing_prerequisites
 from kube_agent_sandbox.testing.plugin import provider_options, unavailable
 from kube_agent_sandbox.testing.providers import ProvidedCluster
+from kube_agent_sandbox.testing.registry import RegistryOptions
 
 _log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ def real_node_environment(request: pytest.FixtureRequest) -> Iterator[RealNodeEn
         unavailable("real node unavailable: " + "; ".join(reasons))
     if not any(CRDS.glob("*.yaml")):
         unavailable(f"no CRDs in {CRDS}: run `nox -s generate`")
-    cluster = RealNodeCluster(RealNodeClusterOptions(crds=[CRDS]))
+    # The snapshot test pushes to and pulls from a real registry (TLS with credentials).
+    cluster = RealNodeCluster(RealNodeClusterOptions(crds=[CRDS], registry=RegistryOptions()))
     try:
         access = cluster.start()
         controller = deploy_controller(

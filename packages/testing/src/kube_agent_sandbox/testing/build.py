@@ -7,6 +7,8 @@ their modules at the versions pinned in ``versions.py``.
 The build is idempotent: a binary that is present and reports the pinned version is never
 rebuilt.
 
+The CNCF distribution registry (the snapshot tests' OCI registry) is built with the rest.
+
 Usage: ``python -m kube_agent_sandbox.testing.build [--with-node] [--with-helm]
 [--with-prometheus] [--only helm]``
 """
@@ -283,6 +285,83 @@ def build_prometheus(bin_dir: Path) -> None:
             raise BuildError(f"{bin_dir / name} does not report version {wanted}")
 
 
+# bcrypt is the only hash the registry's htpasswd authentication accepts; Python's standard
+# library has none, so a few lines of Go (golang.org/x/crypto, already in the registry's module
+# graph) write the entry: the password comes on stdin, ``user:hash`` goes to stdout.
+_HTPASSWD_MAIN = """package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: registry-htpasswd USER < password")
+		os.Exit(2)
+	}
+	password, err := bufio.NewReader(os.Stdin).ReadString('\\n')
+	if err != nil && password == "" {
+		fmt.Fprintln(os.Stderr, "no password on stdin")
+		os.Exit(2)
+	}
+	secret := []byte(strings.TrimRight(password, "\\n"))
+	hash, err := bcrypt.GenerateFromPassword(secret, bcrypt.DefaultCost)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("%s:%s\\n", os.Args[1], hash)
+}
+"""
+
+
+def build_registry(bin_dir: Path) -> None:
+    """Build the distribution registry and its htpasswd helper through one throwaway module."""
+    helper = bin_dir / "registry-htpasswd"
+    if _has_version(bin_dir / "registry", versions.REGISTRY_VERSION) and helper.is_file():
+        _log(f"registry {versions.REGISTRY_VERSION} present")
+        return
+    env = _go_env()
+    with tempfile.TemporaryDirectory(prefix="registry-build-") as tmp:
+        work = Path(tmp)
+        _run_go(["mod", "init", "agent-sandbox.testenv/registry"], cwd=work, env=env, what="go mod")
+        require = f"-require={versions.REGISTRY_MODULE}@{versions.REGISTRY_VERSION}"
+        _run_go(["mod", "edit", require], cwd=work, env=env, what="go mod edit")
+        (work / "htpasswd").mkdir()
+        (work / "htpasswd" / "main.go").write_text(_HTPASSWD_MAIN)
+        # The registry's go.mod lists x/crypto, so the helper builds at that same version.
+        _run_go(["mod", "tidy"], cwd=work, env=env, what="go mod tidy")
+        stamp = f"-s -w -X {versions.REGISTRY_MODULE}/version.version={versions.REGISTRY_VERSION}"
+        _run_go(
+            [
+                "build",
+                "-v",
+                "-trimpath",
+                "-ldflags",
+                stamp,
+                "-o",
+                str(bin_dir / "registry"),
+                f"{versions.REGISTRY_MODULE}/cmd/registry",
+            ],
+            cwd=work,
+            env=env,
+            what="registry",
+        )
+        _run_go(
+            ["build", "-trimpath", "-o", str(helper), "./htpasswd"],
+            cwd=work,
+            env=env,
+            what="registry-htpasswd",
+        )
+    if not _has_version(bin_dir / "registry", versions.REGISTRY_VERSION):
+        raise BuildError(f"{bin_dir / 'registry'} does not report {versions.REGISTRY_VERSION}")
+
+
 def kwok_stage_dir() -> Path:
     """kwok's stock Stage definitions, read from the Go module cache (never copied)."""
     modcache = subprocess.run(
@@ -291,7 +370,7 @@ def kwok_stage_dir() -> Path:
     return Path(modcache) / f"sigs.k8s.io/kwok@{versions.KWOK_VERSION}" / "kustomize" / "stage"
 
 
-COMPONENTS = ("etcd", "kwok", "kubernetes", "helm", "prometheus")
+COMPONENTS = ("etcd", "kwok", "kubernetes", "helm", "prometheus", "registry")
 """What ``--only`` can select."""
 
 
@@ -317,6 +396,8 @@ def build_only(names: Sequence[str], *, with_node: bool = False) -> Path:
         build_helm(bin_dir)
     if "prometheus" in names:
         build_prometheus(bin_dir)
+    if "registry" in names:
+        build_registry(bin_dir)
     return bin_dir
 
 
@@ -335,6 +416,7 @@ def build_all(*, with_node: bool, with_helm: bool = False, with_prometheus: bool
     if with_node:
         names += versions.NODE_BINARIES
     build_kubernetes(bin_dir, names)
+    build_registry(bin_dir)
     for name in ["etcd", "kwok", *names]:
         expected = {"etcd": versions.ETCD_VERSION, "kwok": versions.KWOK_VERSION}.get(
             name, versions.KUBERNETES_VERSION

@@ -50,6 +50,7 @@ from kube_agent_sandbox.testing.lifecycle import ClusterLifecycle
 from kube_agent_sandbox.testing.prerequisites import check_binaries
 from kube_agent_sandbox.testing.probes import free_port, http_ok, https_ok
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
+from kube_agent_sandbox.testing.registry import RunningRegistry, start_registry
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition, wait_for_object
 
 _log = logging.getLogger(__name__)
@@ -85,6 +86,8 @@ class LocalCluster(ClusterLifecycle):
         #: The apiserver's audit log (JSON lines): every request of a service account of
         #: ``AUDITED_NAMESPACE``, at Metadata level (the RBAC audit test reads it).
         self.audit_log: Path | None = None
+        #: The OCI registry, when ``options.registry`` asked for one.
+        self.registry: RunningRegistry | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -122,6 +125,8 @@ class LocalCluster(ClusterLifecycle):
             self._write_pki()
             self._start_etcd()
             self._start_apiserver()
+            if opts.registry is not None:
+                self._timed("registry", self._start_registry)
             access = ClusterAccess(
                 self.workdir / "admin.kubeconfig",
                 provider="local",
@@ -477,6 +482,18 @@ class LocalCluster(ClusterLifecycle):
             timeout=self.options.start_timeout,
             what=f"{process.name} /healthz",
             process=process,
+        )
+
+    def _start_registry(self) -> None:
+        assert self.supervisor is not None
+        assert self.options.registry is not None
+        self.registry, _ = start_registry(
+            self.options.registry,
+            supervisor=self.supervisor,
+            workdir=self._path("registry"),
+            ca=self.ca,
+            bin_dir=self.options.bin_dir,
+            timeout=self.options.start_timeout,
         )
 
     def _start_kwok(self, stage_files: Sequence[Path]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kube_agent_sandbox.testing import versions
 from kube_agent_sandbox.testing.flags import check_flags
+from kube_agent_sandbox.testing.registry import RegistryOptions
 
 
 @dataclass
@@ -38,6 +39,9 @@ class LocalClusterOptions:
     #: harness's: a flag given here replaces the harness's flag of the same name (in its place),
     #: a later one here replaces an earlier one, and the command line names each flag once.
     apiserver_args: Sequence[str] = ()
+    #: Also run an OCI registry on loopback (TLS or plain HTTP, with or without credentials);
+    #: None runs none. The running one is :attr:`LocalCluster.registry`.
+    registry: RegistryOptions | None = None
 
     def __post_init__(self) -> None:
         """Refuse malformed ``apiserver_args`` before anything starts.

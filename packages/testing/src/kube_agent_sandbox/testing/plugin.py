@@ -8,6 +8,9 @@ Registered as the ``agent_sandbox`` pytest11 entry point. Fixtures:
 - ``agent_sandbox_crds`` (session): the installed CRD names; unavailable when none were found.
 - ``local_cluster`` (session): the :class:`~kube_agent_sandbox.testing.cluster.LocalCluster`
   behind ``cluster`` (local provider only).
+- ``oci_registry`` (session): the local cluster's OCI registry
+  (:class:`~kube_agent_sandbox.testing.registry.RunningRegistry`), when ``--cluster-registry``
+  (or ``AGENT_SANDBOX_CLUSTER_REGISTRY``) is ``tls`` or ``http``.
 - ``namespace``: a fresh namespace per test (with its default ServiceAccount), deleted after.
 - ``controller_runner``: a :class:`~kube_agent_sandbox.testing.controller_runner.ControllerRunner`
   whose controllers and identities are cleaned up after the test.
@@ -39,9 +42,17 @@ from kube_agent_sandbox.testing.providers import (
     ProviderOptions,
     start_cluster,
 )
+from kube_agent_sandbox.testing.registry import RegistryOptions, RunningRegistry
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 
 CRDS_ENV = "AGENT_SANDBOX_CRDS"
+REGISTRY_ENV = "AGENT_SANDBOX_CLUSTER_REGISTRY"
+#: ``--cluster-registry`` values: TLS with credentials, plain HTTP with credentials, or none.
+REGISTRY_MODES: dict[str, RegistryOptions | None] = {
+    "none": None,
+    "tls": RegistryOptions(tls=True),
+    "http": RegistryOptions(tls=False),
+}
 _ACTIVE = pytest.StashKey[ProvidedCluster]()
 _LOG_LINES = 60
 
@@ -79,6 +90,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=Path,
         default=None,
         help="keep the local cluster's certificates, kubeconfigs and logs in this directory",
+    )
+    group.addoption(
+        "--cluster-registry",
+        choices=tuple(REGISTRY_MODES),
+        default=None,
+        help=f"local provider: also run an OCI registry (default: ${REGISTRY_ENV} or 'none')",
     )
     group.addoption("--cluster-kubeconfig", type=Path, default=None, help="for 'existing'")
     group.addoption("--cluster-kind-name", default="agent-sandbox", help="kind cluster name")
@@ -131,6 +148,9 @@ def provider_options(config: pytest.Config) -> tuple[str, ProviderOptions]:
         kind_image=config.getoption("cluster_kind_image") or config.getoption("kind_image", None),
         keep_cluster=config.getoption("cluster_keep") or config.getoption("keep_cluster", False),
         kubeconfig=config.getoption("cluster_kubeconfig"),
+        registry=REGISTRY_MODES[
+            (config.getoption("cluster_registry") or os.environ.get(REGISTRY_ENV) or "none").strip()
+        ],
     )
     return provider, options
 
@@ -162,6 +182,17 @@ def local_cluster(_provided_cluster: ProvidedCluster) -> LocalCluster:
     if _provided_cluster.local is None:
         pytest.skip("needs the local cluster provider")
     return _provided_cluster.local
+
+
+@pytest.fixture(scope="session")
+def oci_registry(local_cluster: LocalCluster) -> RunningRegistry:
+    """The local cluster's OCI registry (``--cluster-registry=tls|http``)."""
+    if local_cluster.registry is None:
+        unavailable(
+            "the local cluster runs no OCI registry: pass --cluster-registry=tls|http "
+            f"or set ${REGISTRY_ENV}"
+        )
+    return local_cluster.registry
 
 
 @pytest.fixture(scope="session")

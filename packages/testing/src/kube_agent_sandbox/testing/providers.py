@@ -24,6 +24,7 @@ from kube_agent_sandbox.testing.access import ClusterAccess, find_kubectl, load_
 from kube_agent_sandbox.testing.cluster import LocalCluster
 from kube_agent_sandbox.testing.clusteroptions import LocalClusterOptions
 from kube_agent_sandbox.testing.prerequisites import PrerequisiteError
+from kube_agent_sandbox.testing.registry import RegistryOptions
 
 PROVIDERS = ("local", "kind", "existing")
 PROVIDER_ENV = "AGENT_SANDBOX_CLUSTER_PROVIDER"
@@ -47,6 +48,8 @@ class ProviderOptions:
     keep_cluster: bool = False
     #: existing: kubeconfig path (``KUBECONFIG`` or ``~/.kube/config`` when None).
     kubeconfig: Path | None = None
+    #: local: also run an OCI registry on loopback (None: none).
+    registry: RegistryOptions | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -103,6 +106,7 @@ def _start_local(options: ProviderOptions) -> ProvidedCluster:
             crds=list(options.crds),
             workdir=options.workdir,
             keep_workdir=options.workdir is not None,
+            registry=options.registry,
         )
     )
     access = local.start()
@@ -120,7 +124,9 @@ def _start_local_real_node(options: ProviderOptions) -> ProvidedCluster:
         raise PrerequisiteError("real node unavailable: " + "; ".join(reasons))
     crds = _crd_documents(options)
     cluster = RealNodeCluster(
-        RealNodeClusterOptions(crds=list(options.crds), workdir=options.workdir)
+        RealNodeClusterOptions(
+            crds=list(options.crds), workdir=options.workdir, registry=options.registry
+        )
     )
     access = cluster.start()
     names = [str(c["metadata"]["name"]) for c in crds]

@@ -27,6 +27,11 @@ PROMETHEUS_MODULE_VERSION = "v0.316.0"
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 PROMETHEUS_BINARIES = ("prometheus", "promtool")
 
+# The CNCF distribution registry (an OCI registry) for the snapshot tests: images are pushed to
+# and pulled from it over the OCI distribution API, like from any registry an operator runs.
+REGISTRY_VERSION = "v3.1.2"
+REGISTRY_MODULE = "github.com/distribution/distribution/v3"
+
 KUBERNETES_BINARIES = (
     "kube-apiserver",
     "kube-controller-manager",

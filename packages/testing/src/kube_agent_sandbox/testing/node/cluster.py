@@ -25,6 +25,7 @@ from kube_agent_sandbox.testing.images.catalog import BuiltImage
 from kube_agent_sandbox.testing.images.controller import controller_image
 from kube_agent_sandbox.testing.lifecycle import ClusterLifecycle
 from kube_agent_sandbox.testing.node.realnode import RealNode, RealNodeOptions
+from kube_agent_sandbox.testing.registry import RegistryOptions
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class RealNodeClusterOptions:
     workdir: Path | None = None
     #: Seconds for each control-plane component to become ready.
     start_timeout: float = 60.0
+    #: Run an OCI registry on loopback that the node's containerd pulls from (None: none).
+    registry: RegistryOptions | None = None
 
 
 class RealNodeCluster(ClusterLifecycle):
@@ -78,11 +81,14 @@ class RealNodeCluster(ClusterLifecycle):
                     workdir=self.options.workdir,
                     start_timeout=self.options.start_timeout,
                     apiserver_args=self.node.apiserver_args(),
+                    registry=self.options.registry,
                 )
             )
             started = time.monotonic()
             access = self.local.start()
             self.timings["control-plane"] = time.monotonic() - started
+            if self.local.registry is not None:
+                self.node.trust_registry(self.local.registry)
             started = time.monotonic()
             self.node.start(self.local)
             self.timings["node-join"] = time.monotonic() - started

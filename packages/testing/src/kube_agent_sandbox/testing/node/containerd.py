@@ -75,6 +75,11 @@ class ContainerdLayout:
         """containerd's configuration file."""
         return self.workdir / "config.toml"
 
+    @property
+    def registry_hosts_dir(self) -> Path:
+        """``<host>/hosts.toml`` per registry; the CRI plugin reads them at each pull."""
+        return self.workdir / "certs.d"
+
 
 @dataclass(frozen=True)
 class ContainerdSettings:
@@ -134,6 +139,8 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
         "  enable_selinux = false",
         f"  restrict_oom_score_adj = {str(settings.restrict_oom_score_adj).lower()}",
         # No swap accounting or tmpfs quirks: keep CRI defaults otherwise.
+        f"{cri[:-1]}.registry]",
+        f"  config_path = {_q(layout.registry_hosts_dir)}",
         f"{cri[:-1]}.containerd]",
         '  snapshotter = "overlayfs"',
         f"  default_runtime_name = {_q(DEFAULT_RUNTIME)}",
@@ -268,6 +275,26 @@ class Containerd:
         for reference in also_as:
             self.ctr("images", "rm", reference, check=False)
             self.ctr("images", "tag", image.reference, reference)
+
+    def trust_registry(self, host: str, *, url: str, ca_file: Path | None) -> Path:
+        """Let the CRI plugin pull from ``host`` over ``url`` (a CA for HTTPS, or plain HTTP).
+
+        Args:
+            host: ``<address>:<port>`` as image references name it.
+            url: ``https://host`` or ``http://host``.
+            ca_file: CA bundle that verifies the registry (None over plain HTTP).
+
+        Returns:
+            The ``hosts.toml`` written.
+        """
+        folder = self.layout.registry_hosts_dir / host
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [f"server = {_q(url)}", f"[host.{_q(url)}]", '  capabilities = ["pull", "resolve"]']
+        if ca_file is not None:
+            lines.append(f"  ca = {_q(ca_file)}")
+        path = folder / "hosts.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
 
     def image_references(self) -> list[str]:
         """References of the images containerd holds in the CRI namespace."""

@@ -74,6 +74,7 @@ from kube_agent_sandbox.testing.node.network import HostNetworkSetup, NodeNetwor
 from kube_agent_sandbox.testing.node.prerequisites import find_cni_bin_dir, missing_prerequisites
 from kube_agent_sandbox.testing.node.storage import HostPathProvisioner
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
+from kube_agent_sandbox.testing.registry import RunningRegistry
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_condition
 
 _log = logging.getLogger(__name__)
@@ -463,6 +464,16 @@ class RealNode:
         if self.containerd is None:
             raise RealNodeError("the node is not prepared")
         self.containerd.import_image(image, also_as=also_as)
+
+    def trust_registry(self, registry: RunningRegistry) -> None:
+        """Let the node's containerd pull from ``registry`` (its CA, or plain HTTP).
+
+        Raises:
+            RealNodeError: If the node was not prepared.
+        """
+        if self.containerd is None:
+            raise RealNodeError("the node is not prepared")
+        self.containerd.trust_registry(registry.host, url=registry.url, ca_file=registry.ca_file)
 
     # -- stop --------------------------------------------------------------------------------
 
