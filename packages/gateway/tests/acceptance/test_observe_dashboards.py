@@ -100,6 +100,13 @@ def _workload(stack: Any, url: str) -> None:
             timeout=90,
             what="the autoPause deadline's suspension counted",
         )
+        # The gateway resumes only what its own watch shows paused; connecting before the
+        # suspension reaches that watch finds a running sandbox and resumes nothing.
+        wait_until(
+            lambda: client.get(f"/sandboxes/{sandbox_id}").json().get("state") == "paused",
+            timeout=30,
+            what="the gateway to see the sandbox paused",
+        )
         connected = client.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 60})
         assert connected.status_code in (200, 201), connected.text
         wait_until(
