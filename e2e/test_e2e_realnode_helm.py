@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from kube_agent_sandbox.controller.webhook.check import dry_run_params, probe_sandbox
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.helm import Helm, find_helm
 from kube_agent_sandbox.testing.node.cluster import CONTROLLER_DEPLOYMENT, CONTROLLER_NAMESPACE
@@ -36,6 +38,28 @@ RELEASE = "sandbox-helm"
 RELEASE_NAMESPACE = "agent-sandbox-helm"
 NAME = f"{RELEASE}-agent-sandbox-controller"
 TIMEOUT = 180
+
+
+@dataclass
+class Release:
+    """The installed release: its Deployment, and how conversion did right after install."""
+
+    deployment: dict[str, Any]
+    #: The error of one v1alpha1 dry-run create sent as soon as ``helm install`` returned
+    #: (None: converted). No retry: a user's first request gets none either.
+    conversion_error: str | None
+
+
+def _convert_once(cluster: ClusterAccess) -> str | None:
+    """One request the API server answers only through the conversion webhook."""
+    try:
+        client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(
+            "agents.x-k8s.io", "v1alpha1", RELEASE_NAMESPACE, "sandboxes", probe_sandbox(),
+            dry_run=dry_run_params()["dryRun"],
+        )  # fmt: skip
+    except client.ApiException as err:
+        return f"{err.status}: {err.body}"
+    return None
 
 
 def _scale_kustomize_controller(cluster: ClusterAccess, replicas: int) -> None:
@@ -65,7 +89,7 @@ def helm_release(
     cluster: ClusterAccess,
     real_node_environment: Any,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Release]:
     """The chart installed with default values (image: the one the suite imported)."""
     binary = find_helm()
     if binary is None:
@@ -82,10 +106,11 @@ def helm_release(
             values={"image": {"repository": repository, "tag": tag}},
             timeout=TIMEOUT,
         )
+        conversion_error = _convert_once(cluster)
         deployment = json.loads(
             cluster.kubectl("-n", RELEASE_NAMESPACE, "get", "deployment", NAME, "-o", "json").stdout
         )
-        yield deployment
+        yield Release(deployment, conversion_error)
     finally:
         helm.run("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", check=False)
         cluster.kubectl(
@@ -95,12 +120,11 @@ def helm_release(
         _scale_kustomize_controller(cluster, 1)
 
 
-def test_helm_release_becomes_available(
-    cluster: ClusterAccess, helm_release: dict[str, Any]
-) -> None:
-    conditions = {c["type"]: c["status"] for c in helm_release["status"]["conditions"]}
+def test_helm_release_becomes_available(cluster: ClusterAccess, helm_release: Release) -> None:
+    deployment = helm_release.deployment
+    conditions = {c["type"]: c["status"] for c in deployment["status"]["conditions"]}
     assert conditions["Available"] == "True"
-    pod = helm_release["spec"]["template"]["spec"]
+    pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == NAME
     (container,) = pod["containers"]
     assert f"--webhook-namespace={RELEASE_NAMESPACE}" in container["args"]
@@ -113,9 +137,27 @@ def test_helm_release_becomes_available(
     assert lease["spec"]["holderIdentity"]
 
 
+def test_conversion_works_as_soon_as_helm_install_returns(
+    cluster: ClusterAccess, helm_release: Release
+) -> None:
+    """The chart's post-install hook holds `helm install` until the API server converts.
+
+    Without it, `helm install --wait` returned once the controller Pod was Ready, and a
+    conversion right after could still fail (CI: "dial tcp <ClusterIP>:443: connect: connection
+    refused"): the Service's endpoints and kube-proxy's rules follow the Pod's readiness.
+    """
+    assert helm_release.conversion_error is None
+    # The hook's objects are deleted once it succeeded.
+    left = cluster.kubectl(
+        "-n", RELEASE_NAMESPACE, "get", "job,serviceaccount,role,rolebinding",
+        "-l", "app.kubernetes.io/component=conversion-check", "-o", "name",
+    ).stdout  # fmt: skip
+    assert left.strip() == ""
+
+
 def test_helm_release_reconciles_a_sandbox_and_serves_conversion(
     cluster: ClusterAccess,
-    helm_release: dict[str, Any],
+    helm_release: Release,
     namespace: str,
     python_image: str,
 ) -> None:

@@ -56,6 +56,11 @@ def test_defaults(helm: Helm) -> None:
         ("Service", "agent-sandbox-controller"),
         ("Service", "agent-sandbox-webhook-service"),
         ("Deployment", NAME),
+        # the post-install/post-upgrade conversion check (hooks: helm template renders them)
+        ("ServiceAccount", f"{NAME}-conversion-check"),
+        ("Role", f"{NAME}-conversion-check"),
+        ("RoleBinding", f"{NAME}-conversion-check"),
+        ("Job", f"{NAME}-conversion-check"),
     }
     container = _container(objects)
     assert container["args"] == [
@@ -368,3 +373,74 @@ def test_other_release_names_get_their_own_cluster_objects(helm: Helm) -> None:
     objects = _render(helm, release="sandbox-b")
     assert ("ClusterRole", "sandbox-b-agent-sandbox-controller") in objects
     assert ("Deployment", "sandbox-b-agent-sandbox-controller") in objects
+
+
+# --- the conversion check hook -----------------------------------------------------------------
+
+
+def test_install_and_upgrade_wait_until_the_api_server_converts(helm: Helm) -> None:
+    """A Ready controller Pod is not enough: `helm install` succeeds once conversion works.
+
+    CI saw a v1alpha1 read fail right after `helm install --wait` with "dial tcp
+    <ClusterIP>:443: connect: connection refused": the webhook Service's endpoints and
+    kube-proxy's rules follow the Pod's readiness. The hook Job runs after the release's
+    resources are ready and retries a conversion through the API server until it works.
+    """
+    objects = _render(helm)
+    name = f"{NAME}-conversion-check"
+    hook_objects = [objects[(kind, name)] for kind in ("ServiceAccount", "Role", "RoleBinding")]
+    job = objects[("Job", name)]
+    weights = []
+    for obj in [*hook_objects, job]:
+        annotations = obj["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "post-install,post-upgrade"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert obj["metadata"]["namespace"] == NAMESPACE
+        weights.append(int(annotations["helm.sh/hook-weight"]))
+    assert weights[-1] == max(weights)  # the Job after its account and permissions
+    assert weights[-1] > weights[-2]
+    # Only dry-run creates of Sandboxes, only in the release namespace.
+    assert objects[("Role", name)]["rules"] == [
+        {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"], "verbs": ["create"]}
+    ]
+    binding = objects[("RoleBinding", name)]
+    assert binding["roleRef"]["name"] == name
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["activeDeadlineSeconds"] > 300
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name
+    assert pod["restartPolicy"] == "Never"
+    controller_pod = objects[("Deployment", NAME)]["spec"]["template"]["spec"]
+    assert pod["securityContext"] == controller_pod["securityContext"]
+    (check,) = pod["containers"]
+    (controller,) = controller_pod["containers"]
+    assert check["image"] == controller["image"]
+    assert check["securityContext"] == controller["securityContext"]
+    assert check["command"] == [
+        "python3",
+        "-m",
+        "kube_agent_sandbox.controller.webhook.check",
+        f"--namespace={NAMESPACE}",
+        "--timeout=300",
+    ]
+    # The hook's pods are not the controller's: no Service selects them.
+    selector = objects[("Deployment", NAME)]["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_conversion_check_timeout_and_opt_out(helm: Helm) -> None:
+    objects = _render(helm, {"conversionCheck": {"timeoutSeconds": 90}})
+    job = objects[("Job", f"{NAME}-conversion-check")]
+    (check,) = job["spec"]["template"]["spec"]["containers"]
+    assert "--timeout=90" in check["command"]
+    assert job["spec"]["activeDeadlineSeconds"] > 90
+    off = _render(helm, {"conversionCheck": {"enabled": False}})
+    assert not [key for key in off if key[1].endswith("-conversion-check")]
+
+
+def test_conversion_check_name_fits_a_job_name(helm: Helm) -> None:
+    objects = _render(helm, release="r" * 53)
+    (job,) = [obj for (kind, _), obj in objects.items() if kind == "Job"]
+    assert len(job["metadata"]["name"]) <= 63
