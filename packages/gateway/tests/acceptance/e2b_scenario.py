@@ -24,6 +24,7 @@ Optional environment variables (the test sets them; defaults suit a real sandbox
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import statistics
@@ -395,11 +396,44 @@ def run_code_interpreter(recorder: Recorder) -> None:
         recorder.step("ci_state", lambda: sandbox.run_code("x + 1").text)
         recorder.step("ci_stdout", lambda: list(sandbox.run_code("print('out')").logs.stdout))
         recorder.step("ci_error", lambda: _ci_error(sandbox.run_code("1 / 0").error))
+        recorder.step("ci_chart", lambda: _ci_chart(sandbox.run_code(CHART_CODE)))
         started = time.perf_counter()
         sandbox.run_code("None")
         recorder.timings["ci_run_code_seconds"] = round(time.perf_counter() - started, 4)
     finally:
         recorder.step("ci_kill", sandbox.kill)
+
+
+CHART_CODE = """
+import matplotlib.pyplot as plt
+plt.bar(['A', 'B', 'C'], [1, 3, 2], label='Sold')
+plt.title('Sales')
+plt.xlabel('Author')
+plt.ylabel('Books')
+plt.show()
+"""
+
+
+def _ci_chart(execution: Any) -> dict[str, Any]:
+    """What the client made of a matplotlib ``plt.show()``: the PNG and ``result.chart``."""
+    if execution.error is not None:
+        return {"error": f"{execution.error.name}: {execution.error.value}"}
+    result = execution.results[0]
+    png = base64.b64decode(result.png or "")
+    chart = result.chart
+    return {
+        "results": len(execution.results),
+        "is_main_result": result.is_main_result,
+        "formats": list(result.formats()),
+        "png_signature": png[:8].hex(),
+        "png_bytes": len(png),
+        "chart_class": type(chart).__name__,
+        "chart_type": chart.type.value if chart is not None else None,
+        "title": getattr(chart, "title", None),
+        "x_label": getattr(chart, "x_label", None),
+        "y_label": getattr(chart, "y_label", None),
+        "bars": [[e.label, e.group, e.value] for e in getattr(chart, "elements", [])],
+    }
 
 
 def _ci_error(error: Any) -> dict[str, Any] | None:

@@ -218,6 +218,19 @@ def test_run_code(scenario: dict[str, Any]) -> None:
     assert _step(scenario, "ci_kill") is True
 
 
+def test_run_code_matplotlib_gives_a_png_and_chart(scenario: dict[str, Any]) -> None:
+    chart = _step(scenario, "ci_chart")
+    assert chart["results"] == 1
+    assert chart["is_main_result"] is False  # plt.show() displays, as in Jupyter
+    assert {"text", "png", "chart"} <= set(chart["formats"])
+    assert chart["png_signature"] == "89504e470d0a1a0a"
+    assert chart["png_bytes"] > 2000
+    assert chart["chart_class"] == "BarChart"
+    assert chart["chart_type"] == "bar"
+    assert (chart["title"], chart["x_label"], chart["y_label"]) == ("Sales", "Author", "Books")
+    assert chart["bars"] == [["A", "Sold", 1.0], ["B", "Sold", 3.0], ["C", "Sold", 2.0]]
+
+
 def test_timings_were_measured(scenario: dict[str, Any]) -> None:
     timings = scenario["timings"]
     for key in (

@@ -9,6 +9,7 @@ it with a clear message).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import http.server
@@ -28,6 +29,7 @@ import httpx
 import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox
+from e2b_code_interpreter.charts import BarChart, ChartType, LineChart
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +222,42 @@ def test_rich_results(sandbox: Sandbox) -> None:
     assert shown.text == "shown"
     assert main.is_main_result is True
     assert main.html == "<b>x</b>"
+
+
+def test_matplotlib_charts_reach_the_sdk(sandbox: Sandbox) -> None:
+    pytest.importorskip("matplotlib")
+    execution = sandbox.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.bar(['A', 'B', 'C'], [1, 3, 2], label='Sold')\n"
+        "plt.title('Sales'); plt.xlabel('Author'); plt.ylabel('Books')\n"
+        "plt.show()\n"
+        "fig, ax = plt.subplots()\n"
+        "ax.plot([1, 2, 3], [2, 4, 8], label='growth')\n"
+        "ax.set_xlabel('Time (s)')\n"
+        "fig"
+    )
+    assert execution.error is None
+    shown, main = execution.results
+    assert shown.is_main_result is False
+    assert main.is_main_result is True
+    for result in (shown, main):
+        assert base64.b64decode(result.png)[:8] == b"\x89PNG\r\n\x1a\n"
+        assert {"text", "png", "chart"} <= set(result.formats())
+    bar = shown.chart
+    assert isinstance(bar, BarChart)
+    assert bar.type == ChartType.BAR
+    assert (bar.title, bar.x_label, bar.y_label) == ("Sales", "Author", "Books")
+    assert [(e.label, e.group, e.value) for e in bar.elements] == [
+        ("A", "Sold", 1.0),
+        ("B", "Sold", 3.0),
+        ("C", "Sold", 2.0),
+    ]
+    line = main.chart
+    assert isinstance(line, LineChart)
+    assert (line.x_label, line.x_unit, line.x_scale) == ("Time (s)", "s", "linear")
+    (element,) = line.elements
+    assert element.label == "growth"
+    assert element.points == [(1.0, 2.0), (2.0, 4.0), (3.0, 8.0)]
 
 
 def test_contexts_create_list_remove(sandbox: Sandbox, server: Path) -> None:

@@ -14,7 +14,9 @@ keeps the user's globals between executions, the way a Jupyter kernel does, with
 
 A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON. This module uses
 the standard library only, because it runs under whatever ``python3`` the sandbox image has and is
-started as a script (it does not import the rest of the package).
+started as a script (it does not import the rest of the package). Matplotlib figures become PNG and
+chart results through ``figures.py`` next to it, loaded from its file only once user code imports
+``matplotlib.pyplot`` (an import hook on that one module) or shows a ``Figure``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
+import contextlib
 import io
 import json
 import linecache
@@ -34,6 +37,8 @@ import types
 from typing import Any
 
 _HEADER = struct.Struct(">I")
+FIGURES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures.py")
+PYPLOT = "matplotlib.pyplot"
 MAX_FRAME = 64 * 1024 * 1024
 SYNC_START = b"\x00\x1fE2B-SYNC-"
 SYNC_END = b"\x1f\x00"
@@ -188,6 +193,74 @@ def format_result(value: Any, *, is_main_result: bool) -> dict[str, Any]:
     return result
 
 
+def _load_figures() -> Any:
+    """Loads ``figures.py`` from this script's folder (it is not importable by name here)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_sandboxd_figures", FIGURES_FILE)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {FIGURES_FILE}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class PyplotHook:
+    """A ``sys.meta_path`` finder that calls back once ``matplotlib.pyplot`` has been executed.
+
+    It finds nothing itself: for ``matplotlib.pyplot`` it asks the finders after it, and wraps
+    the loader's ``exec_module`` of the spec they return. Other imports pass straight through.
+
+    Args:
+        on_import: Called with the pyplot module after it ran (exceptions are ignored).
+    """
+
+    def __init__(self, on_import: Any) -> None:
+        self.on_import = on_import
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        """Finds ``matplotlib.pyplot`` through the other finders and hooks its loader.
+
+        Args:
+            fullname: The module's name.
+            path: The parent package's ``__path__``.
+            target: The module being reloaded, if any.
+
+        Returns:
+            The hooked spec for ``matplotlib.pyplot``, None for any other module.
+        """
+        if fullname != PYPLOT or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return spec
+        execute = getattr(spec.loader, "exec_module", None)
+        if execute is None:
+            return spec
+        on_import = self.on_import
+
+        def exec_module(module: types.ModuleType) -> None:
+            execute(module)
+            with contextlib.suppress(Exception):  # else plain Agg: plt.show() shows nothing
+                on_import(module)
+
+        with contextlib.suppress(AttributeError, TypeError):  # a loader that refuses it
+            spec.loader.exec_module = exec_module
+        return spec
+
+
 class Driver:
     """Executes cells in one persistent namespace and reports events as frames.
 
@@ -207,7 +280,10 @@ class Driver:
         sys.modules["__main__"] = module
         self.namespace: dict[str, Any] = module.__dict__
         self.loop: Any = None  # an asyncio event loop, made by the first cell that awaits
+        self._figures: Any = None  # figures.py, loaded once a figure may need showing
         builtins.display = self.display  # type: ignore[attr-defined]
+        if not any(isinstance(finder, PyplotHook) for finder in sys.meta_path):
+            sys.meta_path.insert(0, PyplotHook(self.pyplot_imported))
 
     def send(self, message: dict[str, Any]) -> None:
         """Writes a sync marker to fds 1 and 2, then the event frame carrying its number.
@@ -237,7 +313,90 @@ class Driver:
             *objects: The values to show.
         """
         for obj in objects:
-            self.send({"t": "result", **format_result(obj, is_main_result=False)})
+            self.send_result(obj, is_main_result=False)
+
+    def figures(self) -> Any:
+        """The ``figures`` module, loaded on first use.
+
+        Returns:
+            The module.
+        """
+        if self._figures is None:
+            self._figures = _load_figures()
+        return self._figures
+
+    def pyplot_imported(self, pyplot: types.ModuleType) -> None:
+        """Makes ``plt.show()`` show the open figures as results (called by the import hook).
+
+        Args:
+            pyplot: The ``matplotlib.pyplot`` module, just executed.
+        """
+        self.figures().patch_pyplot(pyplot, self.show_figures)
+
+    def send_result(self, value: Any, *, is_main_result: bool) -> None:
+        """Sends a ``result`` event for a value; a matplotlib figure gets ``png`` and ``chart``.
+
+        A figure that fails to draw is reported as an ``error`` event (the execution goes on),
+        followed by its result without the image, as a Jupyter kernel reports a formatter's
+        failure.
+
+        Args:
+            value: The value to show.
+            is_main_result: Whether it is the cell's last expression's value.
+        """
+        fields = format_result(value, is_main_result=is_main_result)
+        if "matplotlib.figure" in sys.modules:  # else no value can be a Figure
+            figures = self.figures()
+            if figures.is_figure(value):
+                try:
+                    png = figures.render_png(value)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
+                    self.report(exc)
+                else:
+                    if png is not None:
+                        fields["png"] = png
+                    chart = figures.chart(value)
+                    if chart:
+                        fields["chart"] = chart
+        self.send({"t": "result", **fields})
+
+    def show_figures(self, *, skip: Any = None) -> None:
+        """Shows every open pyplot figure as a non-main result, then closes them all.
+
+        Args:
+            skip: A figure not to show again (the cell's main result).
+        """
+        figures = self.figures()
+        try:
+            for figure in figures.open_figures():
+                if figure is not skip:
+                    self.send_result(figure, is_main_result=False)
+        finally:
+            figures.close_all()
+
+    def flush_figures(self, *, skip: Any = None, show: bool = True) -> None:
+        """At the end of a cell: shows the figures still open (Agg only) and closes them.
+
+        Args:
+            skip: A figure already shown as the cell's main result.
+            show: False to close the figures without showing them (an interrupted cell).
+        """
+        if self._figures is None or PYPLOT not in sys.modules:
+            return
+        figures = self._figures
+        if not figures.handles_show():
+            return
+        try:
+            if show:
+                self.show_figures(skip=skip)  # closes them, also when interrupted
+            else:
+                figures.close_all()
+        except Exception as exc:
+            self.report(exc)
+        except KeyboardInterrupt as exc:  # the time limit came while drawing
+            self.report(exc)
 
     def serve(self) -> None:
         """Answers commands until the command channel closes."""
@@ -310,17 +469,24 @@ class Driver:
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
             self.report(exc)
             return
+        value = None
         try:
             self.evaluate(body)
-            if tail is None:
-                return
-            value = self.evaluate(tail)
+            if tail is not None:
+                value = self.evaluate(tail)
+        except KeyboardInterrupt as exc:
+            self.report(exc)
+            self.flush_figures(show=False)
+            return
         except BaseException as exc:
             self.report(exc)
+            self.flush_figures()
             return
         if value is not None:
             self.namespace["_"] = value
-            self.send({"t": "result", **format_result(value, is_main_result=True)})
+            self.send_result(value, is_main_result=True)
+        # Like the inline backend after each cell: figures drawn but not shown become results.
+        self.flush_figures(skip=value)
 
     def evaluate(self, code: types.CodeType) -> Any:
         """Runs compiled code in the namespace, awaiting it when it uses top-level ``await``.
