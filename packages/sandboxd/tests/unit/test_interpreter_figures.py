@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +62,6 @@ def _png_size(encoded: str) -> tuple[int, int]:
     assert data[12:16] == b"IHDR"
     width, height = struct.unpack(">II", data[16:24])
     return width, height
-
-
-@pytest.fixture
-async def python(tmp_path: Path) -> AsyncIterator[PythonWorker]:
-    worker = PythonWorker(cwd=str(tmp_path))
-    await worker.start()
-    try:
-        yield worker
-    finally:
-        await worker.close()
 
 
 async def test_matplotlib_is_not_loaded_until_user_code_imports_it(python: PythonWorker) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -38,16 +37,6 @@ def _stdout(found: list[Event], name: str = "stdout") -> str:
 
 def _errors(found: list[Event]) -> list[Event]:
     return [e for e in found if e["type"] == "error"]
-
-
-@pytest.fixture
-async def python(tmp_path: Path) -> AsyncIterator[PythonWorker]:
-    worker = PythonWorker(cwd=str(tmp_path))
-    await worker.start()
-    try:
-        yield worker
-    finally:
-        await worker.close()
 
 
 async def test_events_and_globals(python: PythonWorker) -> None:
