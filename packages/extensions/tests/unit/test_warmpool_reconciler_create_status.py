@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 
 import pytest
 from warmpool_harness import POOL, TEMPLATE, World, pool_hash, template_obj
@@ -84,6 +85,17 @@ async def test_failed_creates_lower_the_expectations_and_skip_the_status() -> No
     assert world.status() == {}
     await world.reconcile()
     assert len(world.members()) == 4
+
+
+async def test_a_create_pass_logs_at_debug_level(caplog: pytest.LogCaptureFixture) -> None:
+    """The debug line of a create names no LogRecord attribute (``created`` raised KeyError
+    and failed every create pass of a controller run with ``--zap-log-level=debug``)."""
+    caplog.set_level(logging.DEBUG, logger="kube_agent_sandbox.extensions.warmpool")
+    world = World(replicas=2)
+    await world.reconcile()
+    assert world.creates() == 2
+    (record,) = [r for r in caplog.records if r.getMessage() == "created warm pool sandboxes"]
+    assert record.__dict__["count"] == 2
 
 
 async def test_members_are_created_in_slow_start_batches() -> None:

@@ -18,6 +18,8 @@ from kube_agent_sandbox.extensions.warmpool.reconciler import (
     WarmPoolSettings,
 )
 
+CREATED_BY = c.LABEL_CREATED_BY  # a user's orphan has no created-by: controller
+
 # -- orphans and foreign members ---------------------------------------------------------------
 
 
@@ -52,6 +54,56 @@ async def test_a_failed_adoption_is_an_error_naming_the_sandbox() -> None:
     world.api.fail("patch", "sandboxes", ApiError(409, "Conflict", "changed"))
     with pytest.raises(WarmPoolReconcileError, match="set controller reference for warm pool"):
         await world.reconcile()
+
+
+async def test_an_orphan_whose_adoption_conflicts_is_not_replaced() -> None:
+    """The cache's copy of a new orphan is often one version behind (its own controller is
+    writing to it), so the adoption meets a conflict. The orphan still holds its place: the
+    pass creates nothing, and the retry adopts it."""
+    world = World(replicas=1)
+    world.add_member("orphan", owned=False)
+    world.api.fail("patch", "sandboxes", ApiError(409, "Conflict", "modified"))
+    with pytest.raises(WarmPoolReconcileError, match="set controller reference"):
+        await world.reconcile()
+    assert world.creates() == 0
+    await world.reconcile()
+    adopted = world.api.obj(SANDBOXES, "orphan")
+    assert adopted is not None
+    assert adopted["metadata"]["ownerReferences"][0]["uid"] == world.pool["metadata"]["uid"]
+    assert world.creates() == 0
+    assert world.deletes() == []
+
+
+async def test_an_orphan_whose_adoption_is_refused_is_replaced() -> None:
+    """Any other failure keeps upstream's behavior: the orphan is not counted."""
+    world = World(replicas=1)
+    world.add_member("orphan", owned=False)
+    world.api.fail("patch", "sandboxes", ApiError(403, "Forbidden", "no"))
+    with pytest.raises(WarmPoolReconcileError, match="set controller reference"):
+        await world.reconcile()
+    assert world.creates() == 1
+
+
+async def test_an_orphan_seen_late_is_kept_and_the_pool_made_member_trimmed() -> None:
+    """The pool's first pass runs before its cache shows the orphan and creates a member; a
+    later pass adopts the orphan, the one after trims the excess. Both were made within the
+    same second and neither is Ready yet: the adopted orphan stays, whatever order the cache
+    lists them in (here the orphan's name sorts first)."""
+    world = World(replicas=1)
+    world.add_member("orphan", owned=False, ready=False)
+    world.api.mutate(SANDBOXES, "orphan", lambda sb: sb["metadata"]["labels"].pop(CREATED_BY))
+    world.sync(hide={"orphan"})
+    await world.reconcile()  # no orphan in sight: creates a member
+    (made,) = (n for n in (o["metadata"]["name"] for o in world.members()) if n != "orphan")
+    world.sync(hide={made})  # the orphan's event arrives before the new member's
+    await world.reconcile()  # adopts the orphan; the creation is not observed yet
+    adopted = world.api.obj(SANDBOXES, "orphan")
+    assert adopted is not None
+    assert adopted["metadata"]["ownerReferences"][0]["uid"] == world.pool["metadata"]["uid"]
+    world.sync()
+    await world.reconcile()  # two members, one wanted
+    assert world.deletes() == [made]
+    assert world.api.obj(SANDBOXES, "orphan") is not None
 
 
 async def test_members_controlled_by_someone_else_are_ignored() -> None:
@@ -99,6 +151,21 @@ async def test_scale_down_deletes_not_ready_first_then_newest() -> None:
     # deletions in flight count as terminating: no second round of deletes
     await world.reconcile()
     assert len(world.deletes()) == 3
+
+
+async def test_scale_down_ties_of_creation_time_go_against_members_the_pool_made() -> None:
+    """Same readiness, same second: pool-made members go before adopted ones, then by name
+    (never the cache's listing order)."""
+    world = World(replicas=4)
+    same = dt.datetime(2026, 1, 1, 11, 0, tzinfo=dt.UTC)
+    world.add_member("adopted-a", created=same, labels={c.LABEL_CREATED_BY: "python-client"})
+    world.add_member("made-b", created=same)
+    world.add_member("made-a", created=same)
+    world.add_member("adopted-b", created=same, labels={c.LABEL_CREATED_BY: "python-client"})
+    world.add_member("older", created=dt.datetime(2026, 1, 1, 10, 0, tzinfo=dt.UTC))
+    world.set_pool(replicas=1)
+    await world.reconcile()
+    assert world.deletes() == ["made-a", "made-b", "adopted-a", "adopted-b"]
 
 
 async def test_a_failed_delete_is_rolled_back() -> None:

@@ -10,7 +10,7 @@ import asyncio
 import builtins
 import copy
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +44,14 @@ class SnapshotReader:
         self._objects: dict[tuple[str, str], Obj] = {}
         self.sync()
 
-    def sync(self) -> None:
-        self._objects = copy.deepcopy(dict(self._api.contents(SANDBOXES)))
+    def sync(self, *, hide: Collection[str] = ()) -> None:
+        """Catch up with the API, except for the Sandboxes named in ``hide`` (their events are
+        still on the way: a cache shows another watch's objects before them)."""
+        self._objects = {
+            key: copy.deepcopy(obj)
+            for key, obj in self._api.contents(SANDBOXES).items()
+            if key[1] not in hide
+        }
 
     def get(self, namespace: str, name: str) -> Obj | None:
         found = self._objects.get((namespace, name))
@@ -194,10 +200,11 @@ class World:
     def members(self) -> list[Obj]:
         return self.api.objects(SANDBOXES)
 
-    def sync(self, *, observe: bool = True) -> None:
-        """Let the cache catch up, delivering add/delete events to the reconciler."""
+    def sync(self, *, observe: bool = True, hide: Collection[str] = ()) -> None:
+        """Let the cache catch up (but for ``hide``), delivering add/delete events to the
+        reconciler."""
         before = {(o["metadata"]["name"]): o for o in self.sandboxes.list()}
-        self.sandboxes.sync()
+        self.sandboxes.sync(hide=hide)
         after = {o["metadata"]["name"]: o for o in self.sandboxes.list()}
         if observe:
             for name, obj in after.items():

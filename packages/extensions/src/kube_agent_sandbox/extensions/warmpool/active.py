@@ -14,6 +14,7 @@ from typing import Any, Final
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import (
+    ApiError,
     Client,
     Expectations,
     Obj,
@@ -133,6 +134,10 @@ async def _fix_members(run: Pass, fixes: list[tuple[Obj, bool]], *, client: Clie
             )
         except Exception as exc:
             if orphan:
+                if isinstance(exc, ApiError) and exc.conflict:
+                    # Left uncounted, the orphan would get a replacement created in this
+                    # very pass, and the pass that adopts it would trim one of the two.
+                    run.adopting += 1
                 run.errors.append(
                     RuntimeError(
                         "set controller reference for warm pool sandbox "

@@ -27,6 +27,7 @@ __all__ = [
     "is_ready",
     "is_terminating",
     "is_unschedulable",
+    "made_by_pool",
     "pod_name_of",
     "stuck_verdict",
 ]
@@ -65,13 +66,34 @@ def creation_time(obj: Obj) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
+def made_by_pool(sandbox: Obj) -> bool:
+    """True when a warm pool created ``sandbox`` (``created-by: controller``), False for a
+    Sandbox it adopted (an orphan made by someone else)."""
+    labels = meta(sandbox).get("labels") or {}
+    return labels.get(c.LABEL_CREATED_BY) == c.CREATED_BY_CONTROLLER
+
+
 def deletion_order(sandboxes: list[Obj]) -> list[Obj]:
-    """Which excess members go first: not Ready before Ready, then newest first."""
+    """Which excess members go first: not Ready before Ready, then newest first.
+
+    Those two keys are upstream's. ``creationTimestamp`` counts whole seconds, so members made
+    within one second tie, and upstream leaves the tie to its (unstable) sort; here, and only
+    there, a member the pool created goes before one it adopted, then names decide. The tie is
+    the usual case of an adopted orphan: a pool whose first pass ran before its cache showed
+    the orphan creates a member, adopts the orphan on a later pass and trims one of the two;
+    keeping the orphan keeps what its author prepared, instead of letting the order in which
+    the cache happens to list them choose.
+    """
     epoch = dt.datetime.min.replace(tzinfo=dt.UTC)
 
-    def key(sb: Obj) -> tuple[bool, float]:
+    def key(sb: Obj) -> tuple[bool, float, bool, str]:
         created = creation_time(sb) or epoch
-        return (is_ready(sb), -(created - epoch).total_seconds())
+        return (
+            is_ready(sb),
+            -(created - epoch).total_seconds(),
+            not made_by_pool(sb),
+            str(meta(sb).get("name") or ""),
+        )
 
     return sorted(sandboxes, key=key)
 

@@ -55,6 +55,9 @@ class Pass:
     template: Obj | None
     active: list[Obj] = field(default_factory=list)
     terminating: int = 0
+    adopting: int = 0
+    """Orphans whose adoption met a conflict (the cache had an older version): they still
+    exist, so they hold their place in the pool until the retry adopts (or rejects) them."""
     unschedulable: int = 0
     errors: list[BaseException] = field(default_factory=list)
     requeue: Requeue = field(default_factory=Requeue)

@@ -251,7 +251,7 @@ class WarmPoolReconciler:
 
         desired = _desired_replicas(pool)
         current = len(run.active)
-        total = current + run.terminating
+        total = current + run.terminating + run.adopting
         status = desired_status(
             replicas=current,
             ready_replicas=sum(1 for sb in run.active if is_ready(sb)),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Final
 
 from kube_agent_sandbox.api.resources import SANDBOXES
-from kube_agent_sandbox.controller.runtime import ApiError, Client, Expectations, Obj
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Expectations, Obj, name_of
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
 from kube_agent_sandbox.extensions.warmpool.deletes import delete_member
 from kube_agent_sandbox.extensions.warmpool.members import deletion_order
@@ -26,6 +26,7 @@ EXPECTATIONS_REQUEUE: Final = 30.0
 """Seconds before re-checking a pool whose earlier writes are not yet in the cache."""
 GENERATE_NAME_ATTEMPTS: Final = 3
 """Tries of a create whose generated name collides (AlreadyExists) before it counts as failed."""
+_NAMES_LOGGED: Final = 10
 
 
 async def create_members(
@@ -79,7 +80,8 @@ async def create_members(
     state.hold.created(created)
     log.debug(
         "created warm pool sandboxes",
-        extra={"pool": str(run.key), "created": created, "wanted": granted},
+        # not "created": a LogRecord attribute, which ``extra`` must not overwrite (KeyError)
+        extra={"pool": str(run.key), "count": created, "wanted": granted},
     )
     run.errors.extend(errors)
     return created
@@ -93,6 +95,14 @@ async def trim_members(
         run.requeue.at_most(EXPECTATIONS_REQUEUE)
         return
     victims = deletion_order(run.active)[:excess]
+    log.info(
+        "deleting excess warm pool sandboxes",
+        extra={
+            "pool": str(run.key),
+            "count": len(victims),
+            "sandboxes": [name_of(sb) for sb in victims[:_NAMES_LOGGED]],
+        },
+    )
 
     async def delete(sb: Obj) -> None:
         await delete_member(client, expectations, run.key, sb)
