@@ -68,6 +68,8 @@ def test_writes_are_exactly_the_reviewed_ones() -> None:
         "secrets": {"create"},
         # the envd surface over the exec API, for images without sandboxd
         "pods/exec": {"create"},
+        # a sandbox's E2B outbound rules (owned by its Sandbox: deleted by the garbage collector)
+        "networkpolicies": {"create"},
     }
     writes = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind"}
     granted: dict[str, set[str]] = {}

@@ -37,6 +37,13 @@ ANNOTATION_PUBLIC_TRAFFIC: Final = f"{PROJECT_PREFIX}/e2b-allow-public-traffic"
 """``"false"`` when the sandbox's user ports need the traffic token (E2B ``network``
 ``allowPublicTraffic: false``); absent or anything else: public, E2B's default."""
 
+ANNOTATION_EGRESS: Final = f"{PROJECT_PREFIX}/e2b-egress"
+"""The E2B outbound rules (``network.allowOut``/``denyOut``, ``allowInternetAccess``) as
+``{"allowOut": [...], "denyOut": [...]}`` of canonical IPv4 CIDR blocks; absent: none."""
+
+LABEL_EGRESS_SANDBOX: Final = f"{PROJECT_PREFIX}/e2b-egress-sandbox"
+"""On the NetworkPolicy enforcing a sandbox's outbound rules: the E2B sandbox id."""
+
 ANNOTATION_IDEMPOTENCY_KEY: Final = f"{PROJECT_PREFIX}/e2b-idempotency-key"
 """The ``Idempotency-Key`` of the create that made this claim (de-duplication per tenant)."""
 

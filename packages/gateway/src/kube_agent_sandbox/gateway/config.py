@@ -39,6 +39,9 @@ class GatewayOptions:
         tls_key_file: PEM private key of ``tls_cert_file``.
         mcp_file_root: the MCP tools' file root: relative paths start there, paths outside
             it are refused.
+        gateway_namespace: the namespace of the gateway's pods, which sandboxes with egress
+            rules may still reach (heartbeats); None = the service account's namespace when
+            running in a cluster, else none.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -57,6 +60,7 @@ class GatewayOptions:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     mcp_file_root: str = "/"
+    gateway_namespace: str | None = None
 
     def __post_init__(self) -> None:
         if self.create_timeout_seconds <= 0:

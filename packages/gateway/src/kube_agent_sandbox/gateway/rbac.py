@@ -3,8 +3,9 @@
 The gateway reads claims, Sandboxes, Pods, warm pools, templates and its API-key Secrets
 through informers; it creates, patches and deletes only SandboxClaims, creates a zero-replica
 warm pool for a template that has none, patches Sandboxes (resume, pause, policy
-annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its claim) and
-renews heartbeat Leases. The data plane's exec fallback runs commands through ``pods/exec``.
+annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its claim), creates
+the NetworkPolicy enforcing a sandbox's outbound rules (owned by its Sandbox) and renews
+heartbeat Leases. The data plane's exec fallback runs commands through ``pods/exec``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     # a GET, authorised as "create" since Kubernetes 1.31 and as "get" before
     rule("", "pods/exec", ("create", "get")),
     rule("", "secrets", ("get", "list", "watch", "create")),
+    # the NetworkPolicy of a sandbox's E2B outbound rules (garbage-collected with its Sandbox)
+    rule("networking.k8s.io", "networkpolicies", ("create",)),
     rule("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
 """The gateway's ClusterRole rules (bind with a RoleBinding per tenant namespace to scope it)."""

@@ -7,8 +7,9 @@ through a pool. The claim is named by a fresh sandbox id and carries the E2B tim
 its lifecycle (or, for ``autoPause``, a ``pause-at`` deadline), the metadata and the idle
 policy as annotations; ``envVars`` never go into ``claim.spec.env`` (that forces a cold
 start): the daemon's ``/init`` delivers them. The create waits for the claim to be Ready,
-copies the policy annotations onto the Sandbox (where the idle reconciler reads them),
-initialises the daemon and answers 201.
+creates the NetworkPolicy of the outbound rules (``network.allowOut``/``denyOut``, see
+:mod:`kube_agent_sandbox.gateway.egress`), copies the policy annotations onto the Sandbox
+(where the idle reconciler reads them), initialises the daemon and answers 201.
 
 Failures after which a sandbox may exist answer ``Should-Retry: false`` unless the
 ``Idempotency-Key`` makes a retry safe (the retry then finds and waits on the same claim).
@@ -35,8 +36,10 @@ from kube_agent_sandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
+from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj, Resource
 from kube_agent_sandbox.gateway.annotations import (
+    ANNOTATION_EGRESS,
     ANNOTATION_IDEMPOTENCY_KEY,
     ANNOTATION_METADATA,
     ANNOTATION_ON_TIMEOUT,
@@ -59,8 +62,10 @@ from kube_agent_sandbox.gateway.controlplane.models import (
     go_duration,
     parse_create,
     sandbox_body,
+    stored_egress,
 )
 from kube_agent_sandbox.gateway.controlplane.timing import SERVER_TIMING, PhaseTimer
+from kube_agent_sandbox.gateway.egress import InvalidEgressRules, network_policy, own_namespace
 from kube_agent_sandbox.gateway.envvars import store_env
 from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
@@ -149,6 +154,66 @@ class JoinedCreateFailed(CreateFailed):
         super().__init__("a create with this Idempotency-Key failed, retry")
 
 
+class EgressNotEnforced(CreateFailed):
+    """The NetworkPolicy of the sandbox's outbound rules could not be created.
+
+    The gateway never hands out a sandbox whose rules are not in place: its claim is deleted
+    (``deleted`` says whether that worked).
+
+    Attributes:
+        error: the API error, or None when the cause is not the API server's answer.
+        deleted: the claim was deleted.
+    """
+
+    def __init__(self, reason: str, *, error: ApiError | None, deleted: bool) -> None:
+        gone = "the sandbox was deleted" if deleted else "the sandbox could not be deleted"
+        super().__init__(f"cannot enforce the network egress rules: {reason}; {gone}")
+        self.error = error
+        self.deleted = deleted
+
+
+async def enforce_egress(state: GatewayState, record: SandboxRecord) -> bool:
+    """Create the NetworkPolicy of the claim's outbound rules (none: nothing to do).
+
+    Idempotent: a policy of the same name (a create joined by Idempotency-Key) counts.
+
+    Returns:
+        Whether a policy was created or found.
+
+    Raises:
+        EgressNotEnforced: the rules are unreadable, the Sandbox is unknown or the API
+            server refused the policy; the claim has been deleted.
+    """
+    try:
+        rules = stored_egress(record)
+    except InvalidEgressRules as exc:
+        reason, error = str(exc), None
+    else:
+        if rules is None or not rules.restricted:
+            return False
+        if record.sandbox is None:
+            reason, error = "the claim names no Sandbox", None
+        else:
+            policy = network_policy(
+                record.sandbox,
+                record.sandbox_id,
+                rules,
+                gateway_namespace=own_namespace(state.options.gateway_namespace),
+            )
+            try:
+                await state.api.create(NETWORK_POLICIES, record.namespace, policy)
+            except ApiError as exc:
+                if exc.already_exists:
+                    return True
+                reason, error = exc.message, exc
+                if exc.status == 403:
+                    reason = f"the gateway may not create NetworkPolicies ({exc.message})"
+            else:
+                return True
+    deleted = await _delete_quietly(state, record.namespace, record.sandbox_id)
+    raise EgressNotEnforced(reason, error=error, deleted=deleted)
+
+
 async def resolve_pool(state: GatewayState, namespace: str, template: str) -> str | None:
     """The warm pool serving ``template`` in ``namespace``, or None if there is no template.
 
@@ -214,6 +279,8 @@ def claim_manifest(
     }
     if not spec.allow_public_traffic:
         annotations[ANNOTATION_PUBLIC_TRAFFIC] = "false"
+    if spec.egress is not None:
+        annotations[ANNOTATION_EGRESS] = spec.egress.to_json()
     if idempotency_key:
         annotations[ANNOTATION_IDEMPOTENCY_KEY] = idempotency_key
     claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
@@ -409,6 +476,12 @@ def create_failure_response(failure: CreateFailed) -> Response:
             return e2b_error(500, message, should_retry=True)
         case ClusterRefused(error=error, may_exist=may_exist):
             return _cluster_refusal(error, may_exist=may_exist)
+        case EgressNotEnforced(error=error, deleted=deleted):
+            if error is not None and error.status in (429, 500, 503, 504) and deleted:
+                return e2b_error(503, message, should_retry=True, retry_after=RETRY_AFTER_SECONDS)
+            if error is not None and error.status in (400, 422):
+                return e2b_error(400, message, should_retry=False)
+            return e2b_error(500, message, should_retry=False)
     return e2b_error(500, message, should_retry=False)
 
 
@@ -445,9 +518,11 @@ async def create_sandbox(request: Request, state: GatewayState) -> Response:
     timer = PhaseTimer()
     try:
         record = await _deduplicated(state, tenant, spec, idempotency_key, timer=timer)
+        ready = timer.elapsed()
+        if await enforce_egress(state, record):
+            timer.mark("egress")
     except CreateFailed as failed:
         return create_failure_response(failed)
-    ready = timer.elapsed()
     try:
         await copy_policy_to_sandbox(state, record)
     except ApiError as exc:

@@ -2,8 +2,8 @@
 
 Parsing is strict where a wrong value would silently change behaviour (types of
 ``timeout``, ``metadata``, ``envVars``) and lenient about fields the gateway does not
-implement (``mcp``, ``iam``, ``network`` apart from ``allowPublicTraffic``...), which are
-accepted and ignored, as older
+implement (``mcp``, ``iam``, ``network`` apart from ``allowPublicTraffic``, ``allowOut``
+and ``denyOut``...), which are accepted and ignored, as older
 SDKs send some of them on every call. Response bodies follow the E2B OpenAPI models the
 SDK parses (``Sandbox``, ``SandboxDetail``, ``ListedSandbox``).
 """
@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.gateway.annotations import (
+    ANNOTATION_EGRESS,
     ANNOTATION_METADATA,
     ANNOTATION_ON_TIMEOUT,
     ANNOTATION_TEMPLATE,
@@ -28,6 +29,7 @@ from kube_agent_sandbox.gateway.annotations import (
 )
 from kube_agent_sandbox.gateway.config import MAX_SANDBOX_TIMEOUT_SECONDS
 from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
+from kube_agent_sandbox.gateway.egress import EgressRules, InvalidEgressRules, parse_egress
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
 from kube_agent_sandbox.gateway.tokens import Tokens
 
@@ -59,6 +61,8 @@ class CreateRequest:
         metadata: user metadata, reserved keys removed.
         env_vars: environment for the daemon's processes (never stored on objects).
         idle_timeout: idle timeout in seconds from metadata ``idle_timeout``, or None.
+        allow_public_traffic: ``network.allowPublicTraffic`` (user ports without a token).
+        egress: ``network.allowOut``/``denyOut`` (and ``allowInternetAccess``), or None.
     """
 
     template_id: str
@@ -69,6 +73,7 @@ class CreateRequest:
     env_vars: dict[str, str] = field(default_factory=dict)
     idle_timeout: int | None = None
     allow_public_traffic: bool = True
+    egress: EgressRules | None = None
 
 
 def _public_traffic(network: Any) -> bool:
@@ -147,6 +152,13 @@ def parse_create(body: Any, *, default_timeout: int) -> CreateRequest:
         if _ENV_NAME.fullmatch(name) is None:
             raise BadRequest(f"envVars has an invalid variable name {name!r}")
     metadata, idle_timeout = split_metadata(_string_map(body.get("metadata"), "metadata"))
+    allow_public_traffic = _public_traffic(body.get("network"))
+    try:
+        egress = parse_egress(
+            body.get("network"), allow_internet_access=body.get("allowInternetAccess")
+        )
+    except InvalidEgressRules as exc:
+        raise BadRequest(str(exc)) from exc
     if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
         raise BadRequest(f"metadata must stay under {MAX_METADATA_BYTES} bytes of JSON")
     return CreateRequest(
@@ -157,7 +169,8 @@ def parse_create(body: Any, *, default_timeout: int) -> CreateRequest:
         metadata=metadata,
         env_vars=env_vars,
         idle_timeout=idle_timeout,
-        allow_public_traffic=_public_traffic(body.get("network")),
+        allow_public_traffic=allow_public_traffic,
+        egress=egress,
     )
 
 
@@ -230,6 +243,22 @@ def stored_metadata(record: SandboxRecord) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(k): str(v) for k, v in value.items()}
+
+
+def stored_egress(record: SandboxRecord) -> EgressRules | None:
+    """The outbound rules stored on the claim, or None (none, or unreadable).
+
+    Raises:
+        InvalidEgressRules: if the annotation is there but not valid rules.
+    """
+    return EgressRules.from_json(record.annotations.get(ANNOTATION_EGRESS))
+
+
+def _readable_egress(record: SandboxRecord) -> EgressRules | None:
+    try:
+        return stored_egress(record)
+    except InvalidEgressRules:
+        return None
 
 
 def template_id(record: SandboxRecord) -> str:
@@ -352,15 +381,18 @@ def listed_body(record: SandboxRecord) -> dict[str, Any]:
 def detail_body(record: SandboxRecord, *, tokens: Tokens, domain: str | None) -> dict[str, Any]:
     """The ``SandboxDetail`` body of get."""
     body = listed_body(record)
+    rules = _readable_egress(record)
     auto_resume = record.annotations.get(c.ANNOTATION_AUTO_RESUME) == "true"
     body.update(
         {
             "envdAccessToken": tokens.envd_access_token(record.claim_uid),
             "domain": domain,
-            "allowInternetAccess": True,
+            "allowInternetAccess": rules is None or rules.internet_access,
             "lifecycle": {"autoResume": auto_resume, "onTimeout": on_timeout(record)},
         }
     )
+    if rules is not None:
+        body["network"] = {"allowOut": list(rules.allow_out), "denyOut": list(rules.deny_out)}
     return body
 
 
