@@ -245,8 +245,10 @@ def test_languages() -> None:
     assert normalize_language(" Python3 ") == "python"
     assert normalize_language("bash") == "bash"
     assert normalize_language("sh") == "sh"
-    with pytest.raises(UnsupportedLanguageError, match="'javascript' is not supported"):
-        normalize_language("javascript")
+    assert normalize_language("JS") == "javascript"
+    assert normalize_language("ts") == "typescript"
+    with pytest.raises(UnsupportedLanguageError, match="'java' is not supported"):
+        normalize_language("java")
 
 
 def test_bind_sets_tcp_and_reports_a_taken_port() -> None:

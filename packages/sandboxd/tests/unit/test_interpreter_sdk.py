@@ -16,6 +16,7 @@ import http.server
 import json
 import logging
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -30,6 +31,8 @@ import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 from e2b_code_interpreter.charts import BarChart, ChartType, LineChart
+
+from kube_agent_sandbox.testing.plugin import unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -332,6 +335,35 @@ def test_bash_and_unsupported_languages(sandbox: Sandbox) -> None:
         sandbox.run_code("1", language="r")
     with pytest.raises(SandboxException, match="not supported"):
         sandbox.create_code_context(language="java")
+
+
+def test_javascript_contexts(sandbox: Sandbox) -> None:
+    if shutil.which("node") is None:
+        unavailable("Node.js is needed for JavaScript contexts (scripts/setup.sh installs it)")
+    lines: list[str] = []
+    first = sandbox.run_code(
+        "let n = 40\nconsole.log('hello')\nn + 2",
+        language="javascript",
+        on_stdout=lambda message: lines.append(message.line),
+    )
+    assert first.error is None
+    assert first.text == "42"
+    assert lines == ["hello\n"]
+    assert sandbox.run_code("await Promise.resolve(n + 2)", language="js").text == "42"
+    failed = sandbox.run_code("null.x", language="javascript")
+    assert failed.error is not None
+    assert failed.error.name == "TypeError"
+    assert "Cannot read properties of null" in failed.error.value
+    context = sandbox.create_code_context(language="javascript")
+    try:
+        assert context.language == "javascript"
+        assert sandbox.run_code("typeof n", context=context).text == "undefined"
+        sandbox.run_code("const own = 'mine'", context=context)
+        assert sandbox.run_code("own", context=context).text == "mine"
+        sandbox.restart_code_context(context)
+        assert sandbox.run_code("typeof own", context=context).text == "undefined"
+    finally:
+        sandbox.remove_code_context(context)
 
 
 async def test_async_sdk(server: Path) -> None:

@@ -33,7 +33,11 @@ from kube_agent_sandbox.sandboxd.interpreter.contexts import (
 )
 from kube_agent_sandbox.sandboxd.interpreter.envd_env import fetch_global_env
 from kube_agent_sandbox.sandboxd.interpreter.pipes import RunAs
-from kube_agent_sandbox.sandboxd.interpreter.worker import WorkerError, WorkerSettings
+from kube_agent_sandbox.sandboxd.interpreter.worker import (
+    RuntimeMissingError,
+    WorkerError,
+    WorkerSettings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +219,7 @@ class InterpreterApp:
             default_cwd=options.resolved_cwd(),
             settings=WorkerSettings(
                 python=options.python,
+                node=options.node,
                 run_as=RunAs.lookup(options.user) if options.user else None,
             ),
             max_contexts=options.max_contexts,
@@ -370,6 +375,8 @@ def build_app(options: InterpreterOptions, *, registry: ContextRegistry | None =
             except BadRequestError as exc:
                 return PlainTextResponse(str(exc), status_code=exc.status)
             except (UnsupportedLanguageError, TooManyContextsError) as exc:
+                return PlainTextResponse(str(exc), status_code=400)
+            except RuntimeMissingError as exc:  # e.g. a JavaScript context without Node.js
                 return PlainTextResponse(str(exc), status_code=400)
             except (WorkerError, TimeoutError, OSError) as exc:
                 logger.error("context could not be started: %s", exc)

@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
     parser.add_argument("--cwd", default="", help="working directory of new contexts")
     parser.add_argument("--python", default=sys.executable, help="interpreter for Python contexts")
     parser.add_argument(
+        "--node", default="node", help="Node.js executable for JavaScript and TypeScript contexts"
+    )
+    parser.add_argument(
         "--envd-url",
         default=DEFAULT_ENVD_URL,
         help="envd to read the sandbox's global env vars from ('' to skip)",
@@ -97,6 +100,7 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         access_token=token,
         default_cwd=args.cwd,
         python=args.python,
+        node=args.node,
         envd_url=args.envd_url,
         max_contexts=args.max_contexts,
         user=args.user,

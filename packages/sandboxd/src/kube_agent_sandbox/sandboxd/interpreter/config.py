@@ -38,6 +38,8 @@ class InterpreterOptions:
             (the gateway checks tokens before it proxies).
         default_cwd: The working directory of contexts created without one.
         python: The interpreter that runs Python contexts.
+        node: The Node.js executable that runs JavaScript and TypeScript contexts (looked up
+            only when such a context is created).
         keepalive_seconds: Interval of ``keepalive`` lines while a cell is silent (a write is
             how a vanished client is noticed).
         max_body_bytes: The largest accepted request body.
@@ -52,6 +54,7 @@ class InterpreterOptions:
     access_token: str | None = None
     default_cwd: str = ""
     python: str = sys.executable
+    node: str = "node"
     keepalive_seconds: float = KEEPALIVE_SECONDS
     max_body_bytes: int = MAX_BODY_BYTES
     user: str | None = None

@@ -1,7 +1,9 @@
 """Code contexts: their ids, languages and working directories, and the default per language.
 
-A context is what ``create_code_context`` returns and ``run_code(context=...)`` names. Python
-contexts are persistent worker processes; bash and sh contexts run a shell per execution. An
+A context is what ``create_code_context`` returns and ``run_code(context=...)`` names. Python,
+JavaScript and TypeScript contexts are persistent worker processes (JavaScript and TypeScript run
+in Node.js, started only when such a context is first used); bash and sh contexts run a shell per
+execution. An
 execution that names a language (or nothing, meaning python) runs in that language's default
 context, created on first use; the python default exists from the start.
 """
@@ -22,9 +24,19 @@ from kube_agent_sandbox.sandboxd.interpreter.worker import PythonWorker, WorkerS
 logger = logging.getLogger(__name__)
 
 PYTHON = "python"
+JAVASCRIPT = "javascript"
+TYPESCRIPT = "typescript"
 SHELLS = {"bash": "bash", "sh": "sh"}
-_ALIASES = {"python3": PYTHON, "py": PYTHON, "shell": "bash"}
-SUPPORTED_LANGUAGES = (PYTHON, *SHELLS)
+_ALIASES = {
+    "python3": PYTHON,
+    "py": PYTHON,
+    "shell": "bash",
+    "js": JAVASCRIPT,
+    "node": JAVASCRIPT,
+    "nodejs": JAVASCRIPT,
+    "ts": TYPESCRIPT,
+}
+SUPPORTED_LANGUAGES = (PYTHON, JAVASCRIPT, TYPESCRIPT, *SHELLS)
 
 
 DEFAULT_MAX_CONTEXTS = 64
@@ -70,7 +82,7 @@ def normalize_language(language: str | None) -> str:
         language: The language as the client sent it (None or empty means python).
 
     Returns:
-        ``"python"``, ``"bash"`` or ``"sh"``.
+        ``"python"``, ``"javascript"``, ``"typescript"``, ``"bash"`` or ``"sh"``.
 
     Raises:
         UnsupportedLanguageError: Any other language.
@@ -150,6 +162,8 @@ class ContextRegistry:
         Raises:
             UnsupportedLanguageError: The language is not supported.
             TooManyContextsError: ``max_contexts`` contexts exist already.
+            WorkerError: The context's process could not start (``NodeMissingError``: a
+                JavaScript or TypeScript context without Node.js).
         """
         name = normalize_language(language)
         if len(self.contexts) >= self.max_contexts:
@@ -161,6 +175,10 @@ class ContextRegistry:
         runner: Runner
         if name == PYTHON:
             runner = PythonWorker(cwd=directory, settings=self.settings)
+        elif name in (JAVASCRIPT, TYPESCRIPT):
+            from kube_agent_sandbox.sandboxd.interpreter.javascript import JavaScriptWorker
+
+            runner = JavaScriptWorker(cwd=directory, language=name, settings=self.settings)
         else:
             runner = ShellRunner(shell=SHELLS[name], cwd=directory, run_as=self.settings.run_as)
         await runner.start()

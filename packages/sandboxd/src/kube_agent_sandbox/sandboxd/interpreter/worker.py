@@ -18,7 +18,7 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,12 +48,17 @@ class WorkerError(Exception):
     """The worker could not be started."""
 
 
+class RuntimeMissingError(WorkerError):
+    """The sandbox lacks the runtime a language needs (e.g. Node.js for JavaScript)."""
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """How worker processes are started.
 
     Attributes:
         python: The interpreter to run the driver with.
+        node: The Node.js executable of JavaScript and TypeScript contexts.
         env: Extra environment for every worker (on top of the server's).
         run_as: The account workers (and shells) run as; None keeps the server's.
     """
@@ -61,6 +66,7 @@ class WorkerSettings:
     python: str = sys.executable
     env: Mapping[str, str] | None = None
     run_as: RunAs | None = None
+    node: str = "node"
 
 
 class _Process:
@@ -162,7 +168,10 @@ class _Process:
             self.proc.stdin.close()
 
 
-async def _spawn(settings: WorkerSettings, cwd: str) -> tuple[_Process, dict[str, Any]]:
+Argv = Callable[[int, str], list[str]]
+
+
+async def _spawn(settings: WorkerSettings, cwd: str, argv: Argv) -> tuple[_Process, dict[str, Any]]:
     read_fd, write_fd = os.pipe()
     token = secrets.token_hex(8)
     env = dict(os.environ)
@@ -172,8 +181,9 @@ async def _spawn(settings: WorkerSettings, cwd: str) -> tuple[_Process, dict[str
     if settings.env:
         env.update(settings.env)
     try:
+        command = argv(write_fd, token)
         proc, stdout, stderr = await spawn(
-            [settings.python, "-u", str(DRIVER), str(write_fd), token],
+            command,
             cwd=cwd,
             env=env,
             stdin=asyncio.subprocess.PIPE,
@@ -182,7 +192,7 @@ async def _spawn(settings: WorkerSettings, cwd: str) -> tuple[_Process, dict[str
         )
     except OSError as exc:
         os.close(read_fd)
-        raise WorkerError(f"cannot start {settings.python}: {exc}") from exc
+        raise WorkerError(f"cannot start {command[0]}: {exc}") from exc
     finally:
         os.close(write_fd)
     process = _Process(proc, (stdout, stderr, await open_reader(read_fd)), token)
@@ -222,6 +232,8 @@ class PythonWorker:
         settings: How to start worker processes.
     """
 
+    runtime = "Python"  # names the process in error messages
+
     def __init__(self, *, cwd: str, settings: WorkerSettings | None = None) -> None:
         self.cwd = cwd
         self.settings = settings or WorkerSettings()
@@ -244,8 +256,20 @@ class PythonWorker:
             WorkerError: The process could not start or died before it was ready.
             TimeoutError: The driver did not report ready in time.
         """
-        self._process, _ = await _spawn(self.settings, self.cwd)
+        self._process, _ = await _spawn(self.settings, self.cwd, self.argv)
         self.execution_count = 0
+
+    def argv(self, event_fd: int, token: str) -> list[str]:
+        """Returns the command line of a worker process.
+
+        Args:
+            event_fd: The descriptor (inherited by the child) the driver writes events to.
+            token: The random token of the driver's sync markers.
+
+        Returns:
+            The command line.
+        """
+        return [self.settings.python, "-u", str(DRIVER), str(event_fd), token]
 
     async def restart(self) -> None:
         """Kills the worker at once (a running execution ends with an error) and starts a new one.
@@ -408,7 +432,7 @@ class PythonWorker:
         logger.warning("worker %s exited with code %s during an execution", process.proc.pid, code)
         yield events.error_event(
             "ContextRestarting",
-            f"The context's Python process exited (code {code}) during the execution; "
+            f"The context's {self.runtime} process exited (code {code}) during the execution; "
             "it was restarted and its variables are lost",
         )
         await self._restart_locked()
