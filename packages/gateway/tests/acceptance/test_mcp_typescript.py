@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kube_agent_sandbox.testing.plugin import unavailable
+from kube_agent_sandbox.testing.npm import CACHE, npm_package
 
 sys.path.insert(0, str(Path(__file__).parent))
 import mcp_scenario
@@ -24,34 +24,15 @@ import mcp_scenario
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 TS_SDK = "1.32.2"
-CLIENTS_CACHE = Path.home() / ".cache" / "agent-sandbox" / "mcp-clients"
+CLIENTS_CACHE = CACHE / "mcp-clients"
 SCRIPT = Path(__file__).with_name("mcp_ts_client.mjs")
 
 
 @pytest.fixture(scope="module")
 def ts_client_dir() -> Path:
     """A folder with the pinned TypeScript SDK in ``node_modules`` (npm, on first use)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        unavailable("Node.js and npm are needed (scripts/setup.sh installs them)")
     root = CLIENTS_CACHE / f"typescript-{TS_SDK}"
-    if (root / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").is_file():
-        return root
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    (root / "package.json").write_text(json.dumps({"private": True, "type": "module"}))
-    result = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", f"@modelcontextprotocol/sdk@{TS_SDK}"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if result.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        unavailable(f"npm could not install the TypeScript SDK: {result.stderr[-2000:]}")
-    return root
+    return npm_package(root, "@modelcontextprotocol/sdk", TS_SDK, module=True)
 
 
 def test_typescript_client_over_streamable_http(gateway_stack: Any, ts_client_dir: Path) -> None:

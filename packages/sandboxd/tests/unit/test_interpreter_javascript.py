@@ -26,10 +26,11 @@ from kube_agent_sandbox.sandboxd.interpreter.contexts import ContextRegistry
 from kube_agent_sandbox.sandboxd.interpreter.events import Event
 from kube_agent_sandbox.sandboxd.interpreter.javascript import JavaScriptWorker, NodeMissingError
 from kube_agent_sandbox.sandboxd.interpreter.worker import WorkerSettings
+from kube_agent_sandbox.testing.npm import CACHE, npm_package
 from kube_agent_sandbox.testing.plugin import unavailable
 
 TYPESCRIPT = "5.9.3"
-TS_CACHE = Path.home() / ".cache" / "agent-sandbox" / f"typescript-{TYPESCRIPT}"
+TS_CACHE = CACHE / f"typescript-{TYPESCRIPT}"
 
 
 def _node() -> str:
@@ -54,28 +55,7 @@ async def js(tmp_path: Path) -> AsyncIterator[JavaScriptWorker]:
 @pytest.fixture(scope="module")
 def typescript_modules() -> Path:
     """A ``node_modules`` folder holding the pinned ``typescript`` package (npm, on first use)."""
-    _node()
-    npm = shutil.which("npm")
-    if npm is None:
-        unavailable("npm is needed to install the typescript package (scripts/setup.sh)")
-    modules = TS_CACHE / "node_modules"
-    if (modules / "typescript" / "package.json").is_file():
-        return modules
-    shutil.rmtree(TS_CACHE, ignore_errors=True)
-    TS_CACHE.mkdir(parents=True)
-    (TS_CACHE / "package.json").write_text(json.dumps({"private": True}))
-    result = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", f"typescript@{TYPESCRIPT}"],
-        cwd=TS_CACHE,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if result.returncode != 0:
-        shutil.rmtree(TS_CACHE, ignore_errors=True)
-        unavailable(f"npm could not install typescript: {result.stderr[-2000:]}")
-    return modules
+    return npm_package(TS_CACHE, "typescript", TYPESCRIPT) / "node_modules"
 
 
 @pytest.fixture
