@@ -1,7 +1,8 @@
 """The ``agent-sandbox-gateway`` command: ``serve`` the gateway, manage API ``keys``.
 
 ``serve`` runs the ASGI app under uvicorn with the flags of :class:`GatewayOptions`, over
-HTTPS when ``--tls-cert-file`` and ``--tls-key-file`` are given (checked before serving).
+HTTPS when ``--tls-cert-file`` and ``--tls-key-file`` are given (checked before serving, and
+reloaded when the files change: :class:`~.tls.CertificateReloader`).
 ``keys create|list|revoke --namespace NS`` manages a tenant's API keys: a new key is written
 to standard output once (only its SHA-256 is stored) and never logged.
 """
@@ -13,6 +14,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, load_config
 from kube_agent_sandbox.gateway import tenants
@@ -24,7 +26,11 @@ from kube_agent_sandbox.gateway.config import (
     parse_listen,
     parse_port_map,
 )
-from kube_agent_sandbox.gateway.tls import check_tls_files
+from kube_agent_sandbox.gateway.tls import CertificateReloader, check_tls_files
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +154,8 @@ def serve(options: GatewayOptions) -> None:
     from kube_agent_sandbox.gateway.state import GatewayState
 
     host, port = options.bind
-    app = build_app(GatewayState(options))
+    state = GatewayState(options)
+    app = build_app(state)
     logger.info(
         "serving %s on %s:%d%s",
         "HTTPS" if options.tls else "HTTP",
@@ -156,7 +163,24 @@ def serve(options: GatewayOptions) -> None:
         port,
         f" for *.{options.domain}" if options.domain else "",
     )
-    uvicorn.run(
+    reloader = (
+        CertificateReloader(options.tls_cert_file, options.tls_key_file, metrics=state.metrics)
+        if options.tls_cert_file is not None and options.tls_key_file is not None
+        else None
+    )
+    config = uvicorn_config(app, options, reloader)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(serve_uvicorn(uvicorn.Server(config), reloader))
+
+
+def uvicorn_config(
+    app: ASGIApp, options: GatewayOptions, reloader: CertificateReloader | None
+) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: TLS from the options' files, watched by ``reloader``."""
+    import uvicorn
+
+    host, port = options.bind
+    return uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -164,7 +188,19 @@ def serve(options: GatewayOptions) -> None:
         access_log=False,
         ssl_certfile=options.tls_cert_file,
         ssl_keyfile=options.tls_key_file,
+        ssl_context_factory=reloader.context_factory if reloader is not None else None,
     )
+
+
+async def serve_uvicorn(server: uvicorn.Server, reloader: CertificateReloader | None) -> None:
+    """Serve until interrupted, reloading a renewed TLS certificate meanwhile."""
+    if reloader is not None:
+        await reloader.start()
+    try:
+        await server.serve()
+    finally:
+        if reloader is not None:
+            await reloader.stop()
 
 
 async def _keys(args: argparse.Namespace) -> int:

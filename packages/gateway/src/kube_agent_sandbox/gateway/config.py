@@ -35,7 +35,7 @@ class GatewayOptions:
         kube_api_qps: client-side API requests per second (``<= 0``: unlimited).
         kube_api_burst: client-side burst.
         tls_cert_file: PEM certificate (chain) to serve HTTPS with; None = plain HTTP. Given
-            together with ``tls_key_file`` or not at all; read once at start (no reloading).
+            together with ``tls_key_file`` or not at all; reloaded when the files change.
         tls_key_file: PEM private key of ``tls_cert_file``.
         mcp_file_root: the MCP tools' file root: relative paths start there, paths outside
             it are refused.

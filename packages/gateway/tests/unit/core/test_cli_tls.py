@@ -136,14 +136,22 @@ def test_serve_hands_the_files_to_uvicorn(
     import uvicorn
 
     cert, key = files
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.update(kwargs))
+    seen: list[uvicorn.Config] = []
+
+    async def serve(self: uvicorn.Server, sockets: Any = None) -> None:
+        seen.append(self.config)
+
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
     cli.serve(GatewayOptions(listen="127.0.0.1:0", tls_cert_file=str(cert), tls_key_file=str(key)))
-    assert (seen["ssl_certfile"], seen["ssl_keyfile"]) == (str(cert), str(key))
+    (config,) = seen
+    assert (config.ssl_certfile, config.ssl_keyfile) == (str(cert), str(key))
+    assert config.ssl_context_factory is not None  # the certificate reloader's
     seen.clear()
     cli.serve(GatewayOptions(listen="127.0.0.1:0"))
-    assert seen["ssl_certfile"] is None
-    assert seen["ssl_keyfile"] is None
+    (config,) = seen
+    assert config.ssl_certfile is None
+    assert config.ssl_keyfile is None
+    assert config.ssl_context_factory is None
 
 
 def test_the_checked_pair_serves_a_handshake(
