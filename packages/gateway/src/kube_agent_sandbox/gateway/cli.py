@@ -1,7 +1,10 @@
 """The ``agent-sandbox-gateway`` command: ``serve`` the gateway, manage API ``keys``.
 
 ``serve`` runs the ASGI app under uvicorn with the flags of :class:`GatewayOptions`, over
-HTTPS when ``--tls-cert-file`` and ``--tls-key-file`` are given (checked before serving).
+HTTPS when ``--tls-cert-file`` and ``--tls-key-file`` are given (checked before serving, and
+reloaded when the files change: :class:`~.tls.CertificateReloader`). With ``--http2`` it runs
+under hypercorn instead, which speaks HTTP/2 as well as HTTP/1.1: h2 over TLS (ALPN) and h2c
+with prior knowledge (or an ``Upgrade: h2c`` without a body) over plain HTTP.
 ``keys create|list|revoke --namespace NS`` manages a tenant's API keys: a new key is written
 to standard output once (only its SHA-256 is stored) and never logged.
 """
@@ -11,8 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, load_config
 from kube_agent_sandbox.gateway import tenants
@@ -24,7 +29,12 @@ from kube_agent_sandbox.gateway.config import (
     parse_listen,
     parse_port_map,
 )
-from kube_agent_sandbox.gateway.tls import check_tls_files
+from kube_agent_sandbox.gateway.tls import CertificateReloader, check_tls_files
+
+if TYPE_CHECKING:
+    import hypercorn.config
+    import uvicorn
+    from starlette.types import ASGIApp
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--tls-key-file", default=None, help="PEM private key of --tls-cert-file (unencrypted)"
+    )
+    serve.add_argument(
+        "--http2",
+        action="store_true",
+        help="serve HTTP/2 too (h2 over TLS by ALPN, h2c on plain HTTP), under hypercorn",
     )
     serve.add_argument(
         "--create-timeout", type=_positive, default=DEFAULT_CREATE_TIMEOUT_SECONDS, metavar="S"
@@ -135,6 +150,7 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         tls_cert_file=args.tls_cert_file,
         tls_key_file=args.tls_key_file,
         mcp_file_root=args.mcp_file_root,
+        http2=args.http2,
     )
     check_tls_files(options)
     return options
@@ -148,15 +164,36 @@ def serve(options: GatewayOptions) -> None:
     from kube_agent_sandbox.gateway.state import GatewayState
 
     host, port = options.bind
-    app = build_app(GatewayState(options))
+    state = GatewayState(options)
+    app = build_app(state)
     logger.info(
         "serving %s on %s:%d%s",
-        "HTTPS" if options.tls else "HTTP",
+        ("HTTPS" if options.tls else "HTTP") + (" (HTTP/1.1 and HTTP/2)" if options.http2 else ""),
         host,
         port,
         f" for *.{options.domain}" if options.domain else "",
     )
-    uvicorn.run(
+    reloader = (
+        CertificateReloader(options.tls_cert_file, options.tls_key_file, metrics=state.metrics)
+        if options.tls_cert_file is not None and options.tls_key_file is not None
+        else None
+    )
+    if options.http2:
+        asyncio.run(serve_hypercorn(app, hypercorn_config(options, reloader), reloader))
+        return
+    config = uvicorn_config(app, options, reloader)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(serve_uvicorn(uvicorn.Server(config), reloader))
+
+
+def uvicorn_config(
+    app: ASGIApp, options: GatewayOptions, reloader: CertificateReloader | None
+) -> uvicorn.Config:
+    """uvicorn's settings for ``app``: TLS from the options' files, watched by ``reloader``."""
+    import uvicorn
+
+    host, port = options.bind
+    return uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -164,7 +201,73 @@ def serve(options: GatewayOptions) -> None:
         access_log=False,
         ssl_certfile=options.tls_cert_file,
         ssl_keyfile=options.tls_key_file,
+        ssl_context_factory=reloader.context_factory if reloader is not None else None,
     )
+
+
+async def serve_uvicorn(server: uvicorn.Server, reloader: CertificateReloader | None) -> None:
+    """Serve until interrupted, reloading a renewed TLS certificate meanwhile."""
+    if reloader is not None:
+        await reloader.start()
+    try:
+        await server.serve()
+    finally:
+        if reloader is not None:
+            await reloader.stop()
+
+
+def hypercorn_config(
+    options: GatewayOptions, reloader: CertificateReloader | None
+) -> hypercorn.config.Config:
+    """hypercorn's settings: HTTP/1.1 and HTTP/2, TLS from the options' files (``reloader``)."""
+    from hypercorn.config import Config
+
+    class _Config(Config):
+        def create_ssl_context(self) -> ssl.SSLContext | None:
+            if reloader is None:
+                return super().create_ssl_context()
+            return reloader.context_factory(self, _checked(super().create_ssl_context))
+
+    host, port = options.bind
+    config = _Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.certfile = options.tls_cert_file
+    config.keyfile = options.tls_key_file
+    config.alpn_protocols = ["h2", "http/1.1"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    return config
+
+
+def _checked(
+    factory: Callable[[], ssl.SSLContext | None],
+) -> Callable[[], ssl.SSLContext]:
+    def context() -> ssl.SSLContext:
+        made = factory()
+        if made is None:  # pragma: no cover - only called with TLS files set
+            raise RuntimeError("no TLS context without certificate and key files")
+        return made
+
+    return context
+
+
+async def serve_hypercorn(
+    app: ASGIApp,
+    config: hypercorn.config.Config,
+    reloader: CertificateReloader | None,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+) -> None:
+    """Serve under hypercorn until SIGTERM/SIGINT (or ``shutdown_trigger`` returns)."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+
+    if reloader is not None:
+        await reloader.start()
+    try:
+        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, mode="asgi")  # type: ignore[arg-type]
+    finally:
+        if reloader is not None:
+            await reloader.stop()
 
 
 async def _keys(args: argparse.Namespace) -> int:

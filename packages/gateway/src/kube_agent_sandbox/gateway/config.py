@@ -35,10 +35,12 @@ class GatewayOptions:
         kube_api_qps: client-side API requests per second (``<= 0``: unlimited).
         kube_api_burst: client-side burst.
         tls_cert_file: PEM certificate (chain) to serve HTTPS with; None = plain HTTP. Given
-            together with ``tls_key_file`` or not at all; read once at start (no reloading).
+            together with ``tls_key_file`` or not at all; reloaded when the files change.
         tls_key_file: PEM private key of ``tls_cert_file``.
         mcp_file_root: the MCP tools' file root: relative paths start there, paths outside
             it are refused.
+        http2: serve HTTP/2 as well as HTTP/1.1 (under hypercorn instead of uvicorn): h2 over
+            TLS by ALPN, h2c with prior knowledge over plain HTTP.
         gateway_namespace: the namespace of the gateway's pods, which sandboxes with egress
             rules may still reach (heartbeats); None = the service account's namespace when
             running in a cluster, else none.
@@ -60,6 +62,7 @@ class GatewayOptions:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     mcp_file_root: str = "/"
+    http2: bool = False
     gateway_namespace: str | None = None
 
     def __post_init__(self) -> None:

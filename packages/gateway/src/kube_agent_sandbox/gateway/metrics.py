@@ -4,7 +4,8 @@ Every request is counted by plane (``control``, ``data``, ``mcp``), method and s
 timed to the end of its response body: a streamed command's duration is the stream's. Requests
 still in flight are a gauge per plane; on the data plane these are the open streams (process
 output, file transfers, WebSockets). Resumes caused by traffic or by an E2B connect are counted
-by result. The metrics live on a registry of the gateway's own, served at ``GET /metrics``.
+by result, and so are reloads of the TLS certificate (whose expiry is a gauge). The metrics
+live on a registry of the gateway's own, served at ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ PLANE_MCP: Final = "mcp"
 RESUME_OK: Final = "ok"
 RESUME_FAILED: Final = "failed"
 RESUME_TIMEOUT: Final = "timeout"
+TLS_RELOAD_OK: Final = "ok"
+TLS_RELOAD_FAILED: Final = "failed"
 # From a 5 ms control-plane read to a two-minute stream of command output.
 _DURATION_BUCKETS: Final = (
     0.005,
@@ -85,10 +88,25 @@ class GatewayMetrics:
             ["result"],
             registry=reg,
         )
+        self.tls_reloads_total = Counter(
+            "agent_sandbox_gateway_tls_certificate_reloads",
+            "Changes of the TLS certificate files seen by the gateway, by result (ok: now"
+            " served; failed: not loadable, the previous certificate stays).",
+            ["result"],
+            registry=reg,
+        )
+        self.tls_certificate_expiry = Gauge(
+            "agent_sandbox_gateway_tls_certificate_expiry_timestamp_seconds",
+            "Expiry (Unix time) of the TLS certificate the gateway serves new connections"
+            " with; 0 without TLS.",
+            registry=reg,
+        )
         for plane in (PLANE_CONTROL, PLANE_DATA, PLANE_MCP):
             self.inflight_requests.labels(plane)
         for result in (RESUME_OK, RESUME_FAILED, RESUME_TIMEOUT):
             self.resumes_total.labels(result)
+        for result in (TLS_RELOAD_OK, TLS_RELOAD_FAILED):
+            self.tls_reloads_total.labels(result)
 
     def record_resume(self, error: BaseException | None) -> None:
         """Count one finished resume attempt (``error`` None when it succeeded)."""

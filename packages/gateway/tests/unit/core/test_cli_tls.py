@@ -136,14 +136,54 @@ def test_serve_hands_the_files_to_uvicorn(
     import uvicorn
 
     cert, key = files
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.update(kwargs))
+    seen: list[uvicorn.Config] = []
+
+    async def serve(self: uvicorn.Server, sockets: Any = None) -> None:
+        seen.append(self.config)
+
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
     cli.serve(GatewayOptions(listen="127.0.0.1:0", tls_cert_file=str(cert), tls_key_file=str(key)))
-    assert (seen["ssl_certfile"], seen["ssl_keyfile"]) == (str(cert), str(key))
+    (config,) = seen
+    assert (config.ssl_certfile, config.ssl_keyfile) == (str(cert), str(key))
+    assert config.ssl_context_factory is not None  # the certificate reloader's
     seen.clear()
     cli.serve(GatewayOptions(listen="127.0.0.1:0"))
-    assert seen["ssl_certfile"] is None
-    assert seen["ssl_keyfile"] is None
+    (config,) = seen
+    assert config.ssl_certfile is None
+    assert config.ssl_keyfile is None
+    assert config.ssl_context_factory is None
+
+
+def test_http2_flag_serves_under_hypercorn(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = files
+    args = cli.build_parser().parse_args(
+        [
+            "serve",
+            "--http2",
+            "--listen=127.0.0.1:0",
+            f"--tls-cert-file={cert}",
+            f"--tls-key-file={key}",
+        ]
+    )
+    options = cli.options_from_args(args)
+    assert options.http2
+    assert not cli.options_from_args(cli.build_parser().parse_args(["serve"])).http2
+    seen: list[Any] = []
+
+    async def serve_hypercorn(app: Any, config: Any, reloader: Any) -> None:
+        seen.append((config, reloader))
+
+    monkeypatch.setattr(cli, "serve_hypercorn", serve_hypercorn)
+    cli.serve(options)
+    ((config, reloader),) = seen
+    assert config.bind == ["127.0.0.1:0"]
+    assert (config.certfile, config.keyfile) == (str(cert), str(key))
+    assert config.alpn_protocols == ["h2", "http/1.1"]
+    context = config.create_ssl_context()  # goes through the certificate reloader
+    assert reloader._context is context
+    assert cli.hypercorn_config(GatewayOptions(listen="[::1]:8443"), None).bind == ["[::1]:8443"]
 
 
 def test_the_checked_pair_serves_a_handshake(

@@ -185,6 +185,45 @@ async def serve(app: Any) -> AsyncIterator[int]:
         await asyncio.wait_for(task, 10)
 
 
+@contextlib.asynccontextmanager
+async def serve_hypercorn(
+    app: Any, *, tls_files: tuple[str, str] | None = None, reloader: Any = None
+) -> AsyncIterator[int]:
+    """Run ``app`` as ``serve --http2`` does (hypercorn: HTTP/1.1 and HTTP/2); yields the port."""
+    from kube_agent_sandbox.gateway import cli
+    from kube_agent_sandbox.gateway.config import GatewayOptions
+
+    port = free_port()
+    cert, key = tls_files if tls_files is not None else (None, None)
+    options = GatewayOptions(
+        listen=f"127.0.0.1:{port}", tls_cert_file=cert, tls_key_file=key, http2=True
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        cli.serve_hypercorn(
+            app, cli.hypercorn_config(options, reloader), reloader, shutdown_trigger=stop.wait
+        )
+    )
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        if task.done():
+            task.result()
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            assert asyncio.get_running_loop().time() < deadline, "hypercorn never listened"
+            await asyncio.sleep(0.02)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        break
+    try:
+        yield port
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
 async def eventually(check: Callable[[], bool], *, within: float = 5.0) -> None:
     """Wait until ``check()`` holds (hooks run just after the client saw the response end)."""
     deadline = asyncio.get_running_loop().time() + within

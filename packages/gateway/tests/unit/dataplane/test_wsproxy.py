@@ -15,6 +15,7 @@ from dataplane_fakes import (
     eventually,
     make_record,
     serve,
+    serve_hypercorn,
 )
 
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
@@ -48,14 +49,16 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "websocket.send", "text": message["text"].upper()})
 
 
-@pytest.fixture
-async def gateway() -> AsyncIterator[tuple[str, State]]:
+@pytest.fixture(params=["uvicorn", "hypercorn"])
+async def gateway(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, State]]:
+    """The data plane under uvicorn (``serve``) and under hypercorn (``serve --http2``)."""
+    serve_gateway = serve if request.param == "uvicorn" else serve_hypercorn
     async with serve(echo_app) as upstream_port:
         state = State()
         state.index.records[SANDBOX_ID] = make_record(public_traffic=False)
         state.index.ports = {3000: upstream_port}
         plane = DataPlane(state)
-        async with serve(plane) as port:
+        async with serve_gateway(plane) as port:
             yield f"http://127.0.0.1:{port}", state
         await plane.aclose()
 

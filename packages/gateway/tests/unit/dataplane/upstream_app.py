@@ -97,6 +97,28 @@ class Upstream:
                 }
             )
             raise RuntimeError("pod gone")  # uvicorn drops the connection mid-stream
+        elif path == "/connect-stream":
+            # A Connect server stream (as process.Process/Start): a frame, a pause, a frame,
+            # then the end-of-stream frame.
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/connect+json")],
+                }
+            )
+            for message in ({"event": {"start": {"pid": 1}}}, {"event": {"end": {}}}):
+                frame = json.dumps(message).encode()
+                envelope = b"\x00" + len(frame).to_bytes(4, "big") + frame
+                await send({"type": "http.response.body", "body": envelope, "more_body": True})
+                await self.release.wait()
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"\x02\x00\x00\x00\x02{}",
+                    "more_body": False,
+                }
+            )
         elif path == "/plain-drop":
             await send(
                 {
