@@ -47,6 +47,9 @@ LABEL_EGRESS_SANDBOX: Final = f"{PROJECT_PREFIX}/e2b-egress-sandbox"
 ANNOTATION_IDEMPOTENCY_KEY: Final = f"{PROJECT_PREFIX}/e2b-idempotency-key"
 """The ``Idempotency-Key`` of the create that made this claim (de-duplication per tenant)."""
 
+ANNOTATION_IDEMPOTENCY_REQUEST: Final = f"{PROJECT_PREFIX}/e2b-idempotency-request"
+"""A keyed hash of the request body of that create: a retry with another body is refused."""
+
 ANNOTATION_API_KEY_NAME: Final = f"{PROJECT_PREFIX}/gateway-api-key-name"
 """A human-readable name of an API key (on its Secret)."""
 

@@ -21,6 +21,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 from kube_agent_sandbox.gateway.annotations import LABEL_ENV_SECRET
+from kube_agent_sandbox.gateway.owned import create_owned
 
 logger = logging.getLogger(__name__)
 
@@ -74,14 +75,18 @@ def decode_env(secret: Obj) -> dict[str, str] | None:
 
 
 async def store_env(api: Client, claim: Obj, env_vars: Mapping[str, str]) -> bool:
-    """Keep ``env_vars`` for later re-inits (nothing to do when empty); False on failure."""
+    """Keep ``env_vars`` for later re-inits (nothing to do when empty); False on failure.
+
+    A Secret of that name owned by this claim counts (a joined create); one left by an earlier
+    sandbox of the same id (owned by its gone claim) is replaced.
+    """
     if not env_vars:
         return True
     try:
-        await api.create(SECRETS, claim["metadata"]["namespace"], env_secret(claim, env_vars))
+        await create_owned(
+            api, SECRETS, claim["metadata"]["namespace"], env_secret(claim, env_vars)
+        )
     except ApiError as exc:
-        if exc.already_exists:
-            return True
         logger.warning(
             "sandbox %s: environment not kept for resumes: %s", claim["metadata"]["name"], exc
         )

@@ -99,8 +99,10 @@ class GatewayState:
         self.metrics = GatewayMetrics()
         self.resumer = Resumer(self, metrics=self.metrics)
         self.overdue_pauses = OverduePauses(lambda: self.api, self._gateway_sandboxes)
-        self.creates: dict[tuple[str, str], asyncio.Future[str]] = {}
-        """In-flight creates by ``(namespace, Idempotency-Key)`` -> future of the sandbox id."""
+        self.creates: dict[tuple[str, str], tuple[str, asyncio.Future[str]]] = {}
+        """In-flight creates of this process by ``(namespace, Idempotency-Key)`` -> request
+        fingerprint and future of the sandbox id (across replicas the claim's name
+        de-duplicates, see :mod:`kube_agent_sandbox.gateway.controlplane.create`)."""
         self.http: httpx.AsyncClient | None = None
         """The HTTP client of the gateway's own calls to daemons (``/init``)."""
         self.data_plane: ASGIApp | None = None

@@ -65,6 +65,15 @@ class Tokens:
             raise ValueError("a token needs the claim's UID")
         return hmac.new(self._secret, label + claim_uid.encode(), hashlib.sha256).hexdigest()
 
+    def digest(self, label: bytes, *parts: str) -> bytes:
+        """HMAC-SHA256 of ``parts`` (NUL-separated) under ``label`` and the gateway's secret.
+
+        The same on every replica sharing the secret, unpredictable without it: what derives
+        the sandbox id and request fingerprint of an ``Idempotency-Key`` create.
+        """
+        message = label + b"\x00".join(part.encode() for part in parts)
+        return hmac.new(self._secret, message, hashlib.sha256).digest()
+
     def envd_access_token(self, claim_uid: str) -> str:
         """The ``envdAccessToken`` (``X-Access-Token``) of the sandbox of this claim."""
         return self._derive(_ENVD_LABEL, claim_uid)

@@ -28,6 +28,7 @@ from kube_agent_sandbox.gateway.tokens import Tokens
 
 TENANT = "tenant-a"
 OTHER = "tenant-b"
+TOKEN_SECRET = b"0123456789abcdef0123"
 
 
 def ready_condition(status: str = "True", reason: str = "Ready", message: str = "") -> Obj:
@@ -107,13 +108,12 @@ class FakeController:
 
     async def run(self) -> None:
         """Watch the fake API for new claims and bind them."""
-        seen: set[tuple[str, str]] = set()
+        seen: set[str] = set()  # by uid: a new claim under a gone claim's name is new
         while True:
             for claim in self.api.objects(SANDBOX_CLAIMS):
-                meta = claim["metadata"]
-                key = (meta["namespace"], meta["name"])
-                if key not in seen:
-                    seen.add(key)
+                uid = claim["metadata"]["uid"]
+                if uid not in seen:
+                    seen.add(uid)
                     self.bind(claim)
             await asyncio.sleep(0.01)
 
@@ -163,7 +163,7 @@ async def started_gateway(
     add_pool(api, TENANT, "base")
     add_pool(api, OTHER, "base")
     options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2, domain=domain)
-    state = GatewayState(options, api=api, tokens=Tokens(b"0123456789abcdef0123"))
+    state = GatewayState(options, api=api, tokens=Tokens(TOKEN_SECRET))
     app = build_app(state)
     await state.start()
     controller = FakeController(api)
@@ -176,6 +176,28 @@ async def started_gateway(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await client.aclose()
+        await state.stop()
+
+
+@dataclass
+class Replica:
+    """Another gateway process on the same API (and HMAC secret) as a :class:`Gateway`."""
+
+    state: GatewayState
+    client: httpx.AsyncClient
+
+
+@contextlib.asynccontextmanager
+async def second_replica(gw: Gateway) -> AsyncIterator[Replica]:
+    """A second started gateway sharing ``gw``'s FakeApi, options and token secret."""
+    state = GatewayState(gw.state.options, api=gw.api, tokens=Tokens(TOKEN_SECRET))
+    app = build_app(state)
+    await state.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw2")
+    try:
+        yield Replica(state, client)
+    finally:
         await client.aclose()
         await state.stop()
 

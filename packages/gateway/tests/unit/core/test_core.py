@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 
 import httpx
@@ -13,7 +14,11 @@ from kube_agent_sandbox.controller.runtime import FakeApi
 from kube_agent_sandbox.gateway import cli, tenants
 from kube_agent_sandbox.gateway.app import parse_host
 from kube_agent_sandbox.gateway.config import GatewayOptions, parse_listen, parse_port_map
-from kube_agent_sandbox.gateway.controlplane.ids import is_sandbox_id, new_sandbox_id
+from kube_agent_sandbox.gateway.controlplane.ids import (
+    is_sandbox_id,
+    keyed_sandbox_id,
+    new_sandbox_id,
+)
 from kube_agent_sandbox.gateway.daemon_client import InitError, init_daemon
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret, verify
@@ -148,6 +153,17 @@ def test_sandbox_ids() -> None:
         assert len(f"49983-{sid}") <= 63
     for bad in ("", "a" * 19, "a" * 21, "A" * 20, "a-" + "b" * 18, "1" + "a" * 19):
         assert not is_sandbox_id(bad)
+
+
+def test_keyed_sandbox_ids_have_the_form_of_random_ones() -> None:
+    digests = [hashlib.sha256(str(i).encode()).digest() for i in range(500)]
+    ids = {keyed_sandbox_id(d) for d in digests}
+    assert len(ids) == 500
+    assert all(is_sandbox_id(sid) for sid in ids)
+    assert keyed_sandbox_id(digests[0]) == keyed_sandbox_id(digests[0])
+    assert keyed_sandbox_id(b"\x00" * 32) == "a" * 20
+    with pytest.raises(ValueError, match="16 bytes"):
+        keyed_sandbox_id(b"short")
 
 
 # -- options and flags -------------------------------------------------------------------------

@@ -3,16 +3,26 @@
 The template names a SandboxWarmPool in the tenant namespace (warm when it has members,
 cold otherwise); a SandboxTemplate without a pool gets a zero-replica pool
 ``shadow-pool-<template>`` (upstream's naming), since a claim selects its template only
-through a pool. The claim is named by a fresh sandbox id and carries the E2B timeout as
-its lifecycle (or, for ``autoPause``, a ``pause-at`` deadline), the metadata and the idle
-policy as annotations; ``envVars`` never go into ``claim.spec.env`` (that forces a cold
-start): the daemon's ``/init`` delivers them. The create waits for the claim to be Ready,
+through a pool. The claim is named by the sandbox id (random, or derived from the
+``Idempotency-Key``, below) and carries the E2B timeout as its lifecycle (or, for
+``autoPause``, a ``pause-at`` deadline), the metadata and the idle policy as annotations;
+``envVars`` never go into ``claim.spec.env`` (that forces a cold start): the daemon's
+``/init`` delivers them. The create waits for the claim to be Ready,
 creates the NetworkPolicy of the outbound rules (``network.allowOut``/``denyOut``, see
 :mod:`kube_agent_sandbox.gateway.egress`), copies the policy annotations onto the Sandbox
 (where the idle reconciler reads them), initialises the daemon and answers 201.
 
 Failures after which a sandbox may exist answer ``Should-Retry: false`` unless the
 ``Idempotency-Key`` makes a retry safe (the retry then finds and waits on the same claim).
+
+Idempotency across replicas: the API server is the arbiter. A create with a key names its
+claim :func:`idempotent_sandbox_id` (a keyed hash of tenant namespace and key, in the form of
+any other id), so whichever replica creates second gets ``AlreadyExists``, reads that claim and
+waits for it as the first create does. The claim keeps a keyed hash of the request body;
+the same key with another body is refused (422), as Stripe-style idempotency does. The key
+holds as long as its claim: once the sandbox is gone (killed, timed out, failed) the key
+creates a new sandbox (a new claim under the same id, with new tokens). Within one process
+concurrent creates with one key also share one future (``state.creates``), sparing API calls.
 The steps raise a :class:`CreateFailed` subclass that says what went wrong; the handler turns
 it into the E2B answer with :func:`create_failure_response`, the one table of status, wording
 and retry headers.
@@ -23,6 +33,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -41,6 +53,7 @@ from kube_agent_sandbox.controller.runtime import ApiError, Obj, Resource
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_EGRESS,
     ANNOTATION_IDEMPOTENCY_KEY,
+    ANNOTATION_IDEMPOTENCY_REQUEST,
     ANNOTATION_METADATA,
     ANNOTATION_ON_TIMEOUT,
     ANNOTATION_PUBLIC_TRAFFIC,
@@ -51,7 +64,7 @@ from kube_agent_sandbox.gateway.annotations import (
 )
 from kube_agent_sandbox.gateway.controlplane.auth import authenticate
 from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
-from kube_agent_sandbox.gateway.controlplane.ids import new_sandbox_id
+from kube_agent_sandbox.gateway.controlplane.ids import keyed_sandbox_id, new_sandbox_id
 from kube_agent_sandbox.gateway.controlplane.models import (
     IDEMPOTENCY_KEY,
     ON_TIMEOUT_KILL,
@@ -69,6 +82,7 @@ from kube_agent_sandbox.gateway.egress import InvalidEgressRules, network_policy
 from kube_agent_sandbox.gateway.envvars import store_env
 from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
+from kube_agent_sandbox.gateway.owned import create_owned
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.gateway.tenants import Tenant
 
@@ -84,6 +98,8 @@ TERMINAL_REASONS: Final = frozenset(
     }
 )
 RETRY_AFTER_SECONDS: Final = 1
+_ID_LABEL: Final = b"idempotent-sandbox-id\x00"
+_REQUEST_LABEL: Final = b"idempotent-create-request\x00"
 
 
 class CreateFailed(Exception):
@@ -154,6 +170,25 @@ class JoinedCreateFailed(CreateFailed):
         super().__init__("a create with this Idempotency-Key failed, retry")
 
 
+class IdempotencyKeyReused(CreateFailed):
+    """The Idempotency-Key was used for a create with another request body."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(
+            f"this Idempotency-Key was used by a create with another request body "
+            f"(sandbox {sandbox_id}); a key can only be retried with the same body"
+        )
+
+
+class StillDeleting(CreateFailed):
+    """The sandbox of this Idempotency-Key is being deleted: a retry creates a new one."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(
+            f"sandbox {sandbox_id} of this Idempotency-Key is still being deleted, retry"
+        )
+
+
 class EgressNotEnforced(CreateFailed):
     """The NetworkPolicy of the sandbox's outbound rules could not be created.
 
@@ -175,7 +210,8 @@ class EgressNotEnforced(CreateFailed):
 async def enforce_egress(state: GatewayState, record: SandboxRecord) -> bool:
     """Create the NetworkPolicy of the claim's outbound rules (none: nothing to do).
 
-    Idempotent: a policy of the same name (a create joined by Idempotency-Key) counts.
+    Idempotent: a policy of the same name and owner (a create joined by Idempotency-Key)
+    counts; one an earlier sandbox of the same id left behind is replaced.
 
     Returns:
         Whether a policy was created or found.
@@ -201,10 +237,8 @@ async def enforce_egress(state: GatewayState, record: SandboxRecord) -> bool:
                 gateway_namespace=own_namespace(state.options.gateway_namespace),
             )
             try:
-                await state.api.create(NETWORK_POLICIES, record.namespace, policy)
+                await create_owned(state.api, NETWORK_POLICIES, record.namespace, policy)
             except ApiError as exc:
-                if exc.already_exists:
-                    return True
                 reason, error = exc.message, exc
                 if exc.status == 403:
                     reason = f"the gateway may not create NetworkPolicies ({exc.message})"
@@ -268,6 +302,7 @@ def claim_manifest(
     spec: CreateRequest,
     idempotency_key: str | None,
     now: datetime,
+    request_fingerprint: str | None = None,
 ) -> Obj:
     """The SandboxClaim of a create."""
     annotations = {
@@ -283,6 +318,8 @@ def claim_manifest(
         annotations[ANNOTATION_EGRESS] = spec.egress.to_json()
     if idempotency_key:
         annotations[ANNOTATION_IDEMPOTENCY_KEY] = idempotency_key
+    if request_fingerprint:
+        annotations[ANNOTATION_IDEMPOTENCY_REQUEST] = request_fingerprint
     claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
     if not spec.auto_pause:
         claim_spec["lifecycle"] = {
@@ -341,13 +378,76 @@ async def copy_policy_to_sandbox(state: GatewayState, record: SandboxRecord) -> 
     )
 
 
-def _find_by_idempotency_key(state: GatewayState, namespace: str, key: str) -> str | None:
-    for claim in state.index.claims.list(namespace):
-        meta = claim["metadata"]
-        annotations = meta.get("annotations") or {}
-        if annotations.get(ANNOTATION_IDEMPOTENCY_KEY) == key and not meta.get("deletionTimestamp"):
-            return str(meta["name"])
-    return None
+@dataclass(frozen=True)
+class Idempotency:
+    """The ``Idempotency-Key`` of a create, with what it derives.
+
+    Attributes:
+        key: the header's value.
+        sandbox_id: the id (claim name) every replica gives this tenant's create with the key.
+        fingerprint: a keyed hash of the request body (kept on the claim).
+    """
+
+    key: str
+    sandbox_id: str
+    fingerprint: str
+
+
+def idempotent_sandbox_id(state: GatewayState, namespace: str, key: str) -> str:
+    """The sandbox id of a create with ``key`` in ``namespace`` (the same on every replica)."""
+    return keyed_sandbox_id(state.tokens.digest(_ID_LABEL, namespace, key))
+
+
+def request_fingerprint(state: GatewayState, namespace: str, body: Mapping[str, Any]) -> str:
+    """A keyed hash of a create's JSON body (key order and spacing do not count)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return state.tokens.digest(_REQUEST_LABEL, namespace, canonical).hex()
+
+
+def idempotency(
+    state: GatewayState, namespace: str, key: str, body: Mapping[str, Any]
+) -> Idempotency:
+    """What the ``Idempotency-Key`` ``key`` of a create with ``body`` derives."""
+    return Idempotency(
+        key=key,
+        sandbox_id=idempotent_sandbox_id(state, namespace, key),
+        fingerprint=request_fingerprint(state, namespace, body),
+    )
+
+
+def _check_same_request(claim: Obj, idem: Idempotency) -> None:
+    """Refuse a create whose body differs from the one that made ``claim`` with the key."""
+    kept = (claim["metadata"].get("annotations") or {}).get(ANNOTATION_IDEMPOTENCY_REQUEST)
+    if kept is not None and kept != idem.fingerprint:
+        raise IdempotencyKeyReused(idem.sandbox_id)
+
+
+async def _existing_claim(
+    state: GatewayState, namespace: str, name: str, *, ask_api: bool
+) -> Obj | None:
+    """The claim ``name`` (being deleted or not): the cache, then (``ask_api``) the API."""
+    cached = state.index.claims.get(namespace, name)
+    if cached is not None or not ask_api:
+        return cached
+    try:
+        return await state.api.get(SANDBOX_CLAIMS, namespace, name)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise ClusterRefused(exc, may_exist=False) from exc  # the key makes a retry safe
+
+
+async def _wait_deleted(state: GatewayState, namespace: str, sandbox_id: str) -> None:
+    """Wait until the cache no longer holds the claim; StillDeleting on timeout."""
+    try:
+        await state.index.wait_for(
+            sandbox_id,
+            lambda _record: state.index.claims.get(namespace, sandbox_id) is None,
+            namespace=namespace,
+            within=state.options.create_timeout_seconds,
+        )
+    except TimeoutError:
+        raise StillDeleting(sandbox_id) from None
 
 
 async def _wait_ready(
@@ -404,35 +504,21 @@ async def _start(
     state: GatewayState,
     tenant: Tenant,
     spec: CreateRequest,
-    idempotency_key: str | None,
+    idem: Idempotency | None,
     *,
     timer: PhaseTimer,
 ) -> SandboxRecord:
-    """Create (or find, by idempotency key) the claim and wait until it is Ready."""
+    """Create (or, with an Idempotency-Key, find) the claim and wait until it is Ready."""
+    if idem is not None:
+        return await _start_idempotent(state, tenant, spec, idem, timer=timer)
     namespace = tenant.namespace
-    if idempotency_key:
-        existing = _find_by_idempotency_key(state, namespace, idempotency_key)
-        if existing is not None:
-            record = await _wait_ready(state, existing, namespace, keep=True)
-            timer.mark("ready")
-            return record
-    try:
-        pool = await resolve_pool(state, namespace, spec.template_id)
-    except ApiError as exc:
-        raise ClusterRefused(exc, may_exist=False) from exc
+    pool = await _pool(state, namespace, spec)
     timer.mark("resolve")
-    if pool is None:
-        raise TemplateNotFound(spec.template_id)
     now = datetime.now(UTC)
     for _attempt in range(3):
         sandbox_id = new_sandbox_id()
         claim = claim_manifest(
-            sandbox_id,
-            namespace,
-            pool=pool,
-            spec=spec,
-            idempotency_key=idempotency_key,
-            now=now,
+            sandbox_id, namespace, pool=pool, spec=spec, idempotency_key=None, now=now
         )
         try:
             created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
@@ -440,21 +526,91 @@ async def _start(
             if exc.already_exists:
                 continue
             raise ClusterRefused(exc, may_exist=False) from exc
-        timer.mark("claim")
-        if spec.env_vars:
-            await store_env(state.api, created, spec.env_vars)
-            timer.mark("env")
-        logger.info(
-            "tenant %s: creating sandbox %s/%s from pool %s",
-            tenant.key_id,
-            namespace,
-            sandbox_id,
-            pool,
-        )
-        record = await _wait_ready(state, sandbox_id, namespace, keep=bool(idempotency_key))
-        timer.mark("ready")
-        return record
+        return await _started(state, tenant, spec, created, pool, keep=False, timer=timer)
     raise NoFreeId
+
+
+async def _start_idempotent(
+    state: GatewayState,
+    tenant: Tenant,
+    spec: CreateRequest,
+    idem: Idempotency,
+    *,
+    timer: PhaseTimer,
+) -> SandboxRecord:
+    """Create the claim named by the key, or join the one another create (any replica) made.
+
+    The API server decides: of the creates of one name, one succeeds and the others get
+    ``AlreadyExists``, read that claim and wait for it. A claim being deleted is waited out
+    (then the key makes a new sandbox).
+    """
+    namespace, sandbox_id = tenant.namespace, idem.sandbox_id
+    pool: str | None = None
+    for attempt in range(3):
+        existing = await _existing_claim(state, namespace, sandbox_id, ask_api=attempt > 0)
+        if existing is not None and existing["metadata"].get("deletionTimestamp"):
+            await _wait_deleted(state, namespace, sandbox_id)
+            continue
+        if existing is not None:
+            _check_same_request(existing, idem)
+            record = await _wait_ready(state, sandbox_id, namespace, keep=True)
+            timer.mark("ready")
+            return record
+        if pool is None:
+            pool = await _pool(state, namespace, spec)
+            timer.mark("resolve")
+        claim = claim_manifest(
+            sandbox_id,
+            namespace,
+            pool=pool,
+            spec=spec,
+            idempotency_key=idem.key,
+            now=datetime.now(UTC),
+            request_fingerprint=idem.fingerprint,
+        )
+        try:
+            created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
+        except ApiError as exc:
+            if exc.already_exists:  # another create with the key (maybe another replica)
+                continue
+            raise ClusterRefused(exc, may_exist=False) from exc
+        return await _started(state, tenant, spec, created, pool, keep=True, timer=timer)
+    raise StillDeleting(sandbox_id)
+
+
+async def _pool(state: GatewayState, namespace: str, spec: CreateRequest) -> str:
+    """The warm pool of the create's template (TemplateNotFound/ClusterRefused otherwise)."""
+    try:
+        pool = await resolve_pool(state, namespace, spec.template_id)
+    except ApiError as exc:
+        raise ClusterRefused(exc, may_exist=False) from exc
+    if pool is None:
+        raise TemplateNotFound(spec.template_id)
+    return pool
+
+
+async def _started(
+    state: GatewayState,
+    tenant: Tenant,
+    spec: CreateRequest,
+    created: Obj,
+    pool: str,
+    *,
+    keep: bool,
+    timer: PhaseTimer,
+) -> SandboxRecord:
+    """After the claim was created: keep the environment and wait until it is Ready."""
+    timer.mark("claim")
+    sandbox_id, namespace = created["metadata"]["name"], tenant.namespace
+    if spec.env_vars:
+        await store_env(state.api, created, spec.env_vars)
+        timer.mark("env")
+    logger.info(
+        "tenant %s: creating sandbox %s/%s from pool %s", tenant.key_id, namespace, sandbox_id, pool
+    )
+    record = await _wait_ready(state, sandbox_id, namespace, keep=keep)
+    timer.mark("ready")
+    return record
 
 
 def create_failure_response(failure: CreateFailed) -> Response:
@@ -465,11 +621,13 @@ def create_failure_response(failure: CreateFailed) -> Response:
             return e2b_error(404, message, should_retry=False)
         case TemplateFailed():
             return e2b_error(400, message)
-        case StillStarting() | JoinedCreateFailed():
+        case StillStarting() | JoinedCreateFailed() | StillDeleting():
             return e2b_error(503, message, should_retry=True, retry_after=RETRY_AFTER_SECONDS)
         case NotReadyInTime(deleted=deleted):
             retry_after = RETRY_AFTER_SECONDS if deleted else None
             return e2b_error(503, message, should_retry=deleted, retry_after=retry_after)
+        case IdempotencyKeyReused():
+            return e2b_error(422, message, should_retry=False)
         case DeletedWhileStarting():
             return e2b_error(500, message, should_retry=False)
         case NoFreeId():
@@ -515,9 +673,12 @@ async def create_sandbox(request: Request, state: GatewayState) -> Response:
     idempotency_key = request.headers.get("idempotency-key")
     if idempotency_key is not None and IDEMPOTENCY_KEY.fullmatch(idempotency_key) is None:
         return bad_request("Idempotency-Key must be 1-255 lowercase letters, digits or hyphens")
+    idem = None
+    if idempotency_key is not None:
+        idem = idempotency(state, tenant.namespace, idempotency_key, body)
     timer = PhaseTimer()
     try:
-        record = await _deduplicated(state, tenant, spec, idempotency_key, timer=timer)
+        record = await _deduplicated(state, tenant, spec, idem, timer=timer)
         ready = timer.elapsed()
         if await enforce_egress(state, record):
             timer.mark("egress")
@@ -546,18 +707,21 @@ async def _deduplicated(
     state: GatewayState,
     tenant: Tenant,
     spec: CreateRequest,
-    idempotency_key: str | None,
+    idem: Idempotency | None,
     *,
     timer: PhaseTimer,
 ) -> SandboxRecord:
-    """Run :func:`_start`, joining a concurrent create with the same Idempotency-Key."""
-    if not idempotency_key:
+    """Run :func:`_start`, joining a concurrent create of this process with the same key."""
+    if idem is None:
         return await _start(state, tenant, spec, None, timer=timer)
-    slot = (tenant.namespace, idempotency_key)
+    slot = (tenant.namespace, idem.key)
     running = state.creates.get(slot)
     if running is not None:
+        fingerprint, first = running
+        if fingerprint != idem.fingerprint:
+            raise IdempotencyKeyReused(idem.sandbox_id)
         try:
-            sandbox_id = await asyncio.shield(running)
+            sandbox_id = await asyncio.shield(first)
         except CreateFailed:
             raise
         except Exception as exc:  # the first create broke off: a retry with the key is safe
@@ -566,9 +730,9 @@ async def _deduplicated(
         timer.mark("ready")
         return record
     future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    state.creates[slot] = future
+    state.creates[slot] = (idem.fingerprint, future)
     try:
-        record = await _start(state, tenant, spec, idempotency_key, timer=timer)
+        record = await _start(state, tenant, spec, idem, timer=timer)
     except BaseException as exc:
         future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
         future.exception()  # mark retrieved: joiners re-raise it themselves
