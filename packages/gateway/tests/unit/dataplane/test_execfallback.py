@@ -7,6 +7,7 @@ directory; only the transport (``pods/exec``) is replaced by local processes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -27,7 +28,7 @@ from e2b import (
 from packaging.version import Version
 
 from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
-from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
+from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback, _Stdin
 from kube_agent_sandbox.gateway.dataplane.execscripts import parse_listing, start_argv
 from kube_agent_sandbox.gateway.dataplane.execwire import envelope, read_envelopes
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
@@ -302,3 +303,133 @@ def test_parse_listing_reads_symlinks_and_skips_garbage() -> None:
     assert link["type"] == "FILE_TYPE_FILE"
     assert tmp["type"] == "FILE_TYPE_DIRECTORY"
     assert tmp["modifiedTime"] == "1970-01-01T00:00:00Z"
+
+
+async def test_stdin_reaches_a_command_started_with_it(sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.run("cat; echo done", background=True, stdin=True)
+    await sandbox.commands.send_stdin(handle.pid, "hello ")
+    await sandbox.commands.send_stdin(handle.pid, b"world\n")
+    await sandbox.commands.close_stdin(handle.pid)
+    result = await handle.wait()
+    assert result.stdout == "hello world\ndone\n"
+    # Once it ended, or for a command started without stdin, there is no stdin to reach.
+    with pytest.raises(NotFoundException, match="not found"):
+        await sandbox.commands.send_stdin(handle.pid, "late")
+    other = await sandbox.commands.run("sleep 0.2", background=True)
+    with pytest.raises(NotFoundException):
+        await sandbox.commands.send_stdin(other.pid, "x")
+    await other.wait()
+
+
+async def test_kill_signals_the_command_and_its_children(sandbox: AsyncSandbox, home: Path) -> None:
+    handle = await sandbox.commands.run(
+        "sleep 30 & wait; touch never", background=True, cwd=str(home)
+    )
+    assert await sandbox.commands.kill(handle.pid) is True
+    with pytest.raises(CommandExitException):
+        await handle.wait()
+    assert not (home / "never").exists()
+    assert await sandbox.commands.kill(999_999_999) is False  # no such process
+
+
+async def test_sigterm_and_bad_process_requests(gateway_url: str, home: Path) -> None:
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    start = {
+        "process": {
+            "cmd": "/bin/sh",
+            "args": ["-c", "trap 'echo term; exit 7' TERM; while :; do sleep 0.1; done"],
+        },
+    }
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=20) as client:
+
+        async def call(method: str, body: object) -> httpx.Response:
+            return await client.post(f"/process.Process/{method}", headers=headers, json=body)
+
+        async with client.stream(
+            "POST",
+            "/process.Process/Start",
+            headers={**headers, "Content-Type": "application/connect+json"},
+            content=envelope(start),
+        ) as stream:
+            raw = b""
+            pid = 0
+            async for chunk in stream.aiter_raw():
+                raw += chunk
+                first = _first_message(raw)
+                if not pid and first is not None:
+                    pid = first["event"]["start"]["pid"]
+                    await asyncio.sleep(0.3)  # let the trap be set
+                    response = await call(
+                        "SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGTERM"}
+                    )
+                    assert response.status_code == 200, response.text
+        assert base64.b64encode(b"term\n") in raw  # the trap ran: TERM, not KILL
+        assert b"exit status 7" in raw
+
+        expectations = [
+            (
+                "SendSignal",
+                {"process": {"pid": 1}, "signal": "SIGNAL_SIGHUP"},
+                400,
+                "unsupported signal",
+            ),
+            ("SendSignal", {"process": {}, "signal": "SIGNAL_SIGKILL"}, 400, "process.pid"),
+            ("SendSignal", {"process": {"pid": -3}, "signal": "SIGNAL_SIGKILL"}, 400, "invalid"),
+            ("SendSignal", {"process": {"tag": "t"}, "signal": "SIGNAL_SIGKILL"}, 501, "tag"),
+            ("SendSignal", [1], 400, "invalid JSON"),
+            ("SendInput", {"process": {"pid": 5}, "input": {"stdin": "%%%"}}, 400, "base64"),
+            ("SendInput", {"process": {"pid": 5}}, 400, "input.stdin"),
+            ("SendInput", {"process": {"pid": 5}, "input": {"pty": "eA=="}}, 501, "PTY"),
+            ("CloseStdin", {"process": {"pid": 5}}, 404, "not found"),
+            ("StreamInput", {}, 501, "not available"),
+        ]
+        for method, body, status, text in expectations:
+            response = await call(method, body)
+            assert response.status_code == status, (method, body, response.text)
+            assert text in response.json()["message"], (method, body, response.text)
+
+
+def _first_message(raw: bytes) -> dict[str, Any] | None:
+    """The first Connect frame's message once it has fully arrived."""
+    size = int.from_bytes(raw[1:5], "big") if len(raw) >= 5 else -1
+    if size < 0 or len(raw) < 5 + size:
+        return None
+    message: dict[str, Any] = json.loads(raw[5 : 5 + size])
+    return message
+
+
+async def test_stdin_of_a_command_whose_exec_connection_closed_is_not_found(home: Path) -> None:
+    class Closed:
+        can_close_stdin = False
+
+        async def write(self, data: bytes) -> None:
+            raise ConnectionResetError("Cannot write to closing transport")
+
+    fallback = ExecFallback(None, pod_exec=LocalExec(str(home)))
+    fallback.stdin[("tenant-a", SANDBOX_ID, 4242)] = _Stdin(Closed())  # type: ignore[arg-type]
+    state = State()
+    state.index.records[SANDBOX_ID] = make_record(annotations=EXEC)
+    plane = DataPlane(state, exec_fallback=fallback)
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    transport = httpx.ASGITransport(app=plane)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        sent = await client.post(
+            "/process.Process/SendInput",
+            headers=headers,
+            json={"process": {"pid": 4242}, "input": {"stdin": "eA=="}},
+        )
+        closed = await client.post(
+            "/process.Process/CloseStdin", headers=headers, json={"process": {"pid": 4242}}
+        )
+    assert sent.status_code == 404
+    assert sent.json() == {"code": "not_found", "message": "process with pid 4242 has ended"}
+    assert closed.status_code == 501
+    assert "v5 exec protocol" in closed.json()["message"]

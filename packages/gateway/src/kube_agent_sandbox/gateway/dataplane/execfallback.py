@@ -10,12 +10,16 @@ envd's wire shapes from :mod:`.execwire`):
   exec status channel; ``process.Process/List`` → no processes (exec keeps none);
 - ``GET /files`` → ``cat``, streamed; ``POST /files`` (multipart or octet-stream) → ``cat >
   file`` with stdin closed through v5's close channel, streamed from the request;
+- ``process.Process/Start`` with ``stdin: true`` keeps the exec stream's stdin open:
+  ``SendInput`` writes to it and ``CloseStdin`` closes it (v5), for commands this gateway
+  replica started; ``process.Process/SendSignal`` → ``kill`` of the PID and its descendants;
 - ``filesystem.Filesystem/{Stat, ListDir, MakeDir, Remove, Move}`` → ``stat``/``find``/
   ``mkdir``/``rm``/``mv``.
 
 Limits (documented): every call costs an apiserver and kubelet round trip; commands run as the
-container's user (``username`` is ignored); no stdin after start, no reattach, signals, watch
-or port forwarding. A client that disconnects from a running command has it killed.
+container's user (``username`` is ignored); stdin only reaches commands started through the
+same gateway replica; no PTY, ``StreamInput``, reattach, watch or port forwarding. A client
+that disconnects from a running command has it killed.
 """
 
 from __future__ import annotations
@@ -67,6 +71,14 @@ logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 50.0
 MAX_RPC_BODY = 1024 * 1024
+STDIN_METHODS = frozenset({"/process.Process/SendInput", "/process.Process/CloseStdin"})
+# process.Signal in proto3 JSON (name or number) → the name ``kill -s`` takes.
+SIGNALS: dict[object, str] = {
+    "SIGNAL_SIGTERM": "TERM",
+    "SIGNAL_SIGKILL": "KILL",
+    15: "TERM",
+    9: "KILL",
+}
 
 
 class ExecFallback:
@@ -88,6 +100,8 @@ class ExecFallback:
                 raise ValueError("the exec fallback needs a client with a cluster config")
             pod_exec = PodExec(config)
         self.pod_exec = pod_exec
+        # Commands started with stdin, by (namespace, pod, PID): SendInput and CloseStdin.
+        self.stdin: dict[tuple[str, str, int], _Stdin] = {}
 
     async def aclose(self) -> None:
         """Close the exec connection pool."""
@@ -127,6 +141,10 @@ class ExecFallback:
             elif path == "/process.Process/List" and method == "POST":
                 await read_body(receive, MAX_RPC_BODY)
                 response = Response(b"{}", media_type="application/json")
+            elif path in STDIN_METHODS and method == "POST":
+                response = await self._stdin(target, path.rsplit("/", 1)[1], receive)
+            elif path == "/process.Process/SendSignal" and method == "POST":
+                response = await self._signal(target, receive)
             elif path.startswith("/filesystem.Filesystem/") and method == "POST":
                 response = await self._filesystem(target, path.rsplit("/", 1)[1], receive)
             elif path.startswith(("/process.", "/filesystem.")):
@@ -309,10 +327,19 @@ class ExecFallback:
             return connect_error("invalid_argument", f"invalid Start request: {err}")
         if request.get("pty"):
             return connect_error("unimplemented", "PTYs are not available without sandboxd")
+        stdin = request.get("stdin") is True
         interval = KEEPALIVE_SECONDS
         with contextlib.suppress(ValueError):
             interval = max(1.0, float(header(scope, b"keepalive-ping-interval") or interval))
-        async with target.open(argv) as stream:
+        keys: list[tuple[str, str, int]] = []
+
+        def started(pid: int) -> None:
+            if stdin and pid > 0:
+                key = (target.namespace, target.pod, pid)
+                self.stdin[key] = _Stdin(stream)
+                keys.append(key)
+
+        async with target.open(argv, stdin=stdin) as stream:
             await send(
                 {
                     "type": "http.response.start",
@@ -323,11 +350,95 @@ class ExecFallback:
             if on_stream is not None:
                 on_stream(True)
             try:
-                await _relay_process(stream, receive, send, interval=interval, target=target)
+                await _relay_process(
+                    stream, receive, send, interval=interval, target=target, on_start=started
+                )
             finally:
+                for key in keys:
+                    entry = self.stdin.get(key)
+                    if entry is not None and entry.stream is stream:
+                        del self.stdin[key]
                 if on_stream is not None:
                     on_stream(False)
         return None
+
+    async def _process_request(self, receive: Receive) -> tuple[dict[str, Any], int]:
+        """A unary process request's JSON and the PID its ``process`` selector names.
+
+        Raises:
+            ExecFailure: malformed, or a selector without a PID (tags need sandboxd).
+        """
+        try:
+            request = json.loads(await read_body(receive, MAX_RPC_BODY) or b"{}")
+        except ValueError as err:
+            raise ExecFailure("invalid_argument", "invalid JSON request") from err
+        if not isinstance(request, dict):
+            raise ExecFailure("invalid_argument", "invalid JSON request")
+        selector = request.get("process")
+        if not isinstance(selector, dict) or "pid" not in selector:
+            if isinstance(selector, dict) and "tag" in selector:
+                raise ExecFailure(
+                    "unimplemented", "selecting a process by tag needs sandboxd in the image"
+                )
+            raise ExecFailure("invalid_argument", "process.pid is required")
+        pid = selector["pid"]
+        if isinstance(pid, str) and pid.isdigit():
+            pid = int(pid)
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise ExecFailure("invalid_argument", f"invalid process.pid {pid!r}")
+        return request, pid
+
+    async def _stdin(self, target: _Target, method: str, receive: Receive) -> Response:
+        request, pid = await self._process_request(receive)
+        data = b""
+        if method == "SendInput":
+            given = request.get("input")
+            if not isinstance(given, dict) or not isinstance(given.get("stdin", ""), str):
+                raise ExecFailure("invalid_argument", "input.stdin (base64) is required")
+            if "pty" in given:
+                raise ExecFailure("unimplemented", "PTYs are not available without sandboxd")
+            try:
+                data = base64.b64decode(given.get("stdin", ""), validate=True)
+            except ValueError as err:
+                raise ExecFailure("invalid_argument", "input.stdin is not base64") from err
+        entry = self.stdin.get((target.namespace, target.pod, pid))
+        if entry is None:
+            raise ExecFailure(
+                "not_found",
+                f"process with pid {pid} not found, or not started with stdin through this "
+                "gateway replica (stdin without sandboxd only reaches those)",
+            )
+        stream = entry.stream
+        if method == "CloseStdin" and not stream.can_close_stdin:
+            raise ExecFailure(
+                "unimplemented", "closing stdin needs the v5 exec protocol (Kubernetes >= 1.30)"
+            )
+        async with entry.lock:  # one call's bytes are never interleaved with another's
+            try:
+                if method == "CloseStdin":
+                    await stream.close_stdin()
+                elif data:
+                    await stream.write(data)
+            except Exception as err:  # the exec connection closed under us: the command ended
+                logger.debug("stdin of pid %s in %s/%s: %s", pid, target.namespace, target.pod, err)
+                raise ExecFailure("not_found", f"process with pid {pid} has ended") from err
+        return Response(b"{}", media_type="application/json")
+
+    async def _signal(self, target: _Target, receive: Receive) -> Response:
+        request, pid = await self._process_request(receive)
+        name = SIGNALS.get(request.get("signal"))
+        if name is None:
+            raise ExecFailure(
+                "invalid_argument",
+                f"unsupported signal {request.get('signal')!r} (SIGNAL_SIGTERM or SIGNAL_SIGKILL)",
+            )
+        output = await target.run(scripts.sh(scripts.SIGNAL_TREE, name, str(pid)))
+        if output.exit_code == scripts.NOT_FOUND:
+            raise ExecFailure("not_found", f"process with pid {pid} not found")
+        if output.exit_code != 0:
+            text = _stderr_text(output.stderr, output.failure)
+            raise ExecFailure("internal", f"signalling pid {pid} failed: {text}")
+        return Response(b"{}", media_type="application/json")
 
 
 class _Target:
@@ -354,6 +465,14 @@ class _Target:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
         return await self.pod_exec.run(self.namespace, self.pod, argv, container=self.container)
+
+
+class _Stdin:
+    """The stdin of a command started with ``stdin: true``; writes go one call at a time."""
+
+    def __init__(self, stream: CommandStream) -> None:
+        self.stream = stream
+        self.lock = asyncio.Lock()
 
 
 class _Upload:
@@ -418,7 +537,13 @@ class _Upload:
 
 
 async def _relay_process(
-    stream: CommandStream, receive: Receive, send: Send, *, interval: float, target: _Target
+    stream: CommandStream,
+    receive: Receive,
+    send: Send,
+    *,
+    interval: float,
+    target: _Target,
+    on_start: Callable[[int], None] | None = None,
 ) -> None:
     pid_prefix = execproto.PidPrefix()
     started = False
@@ -437,6 +562,8 @@ async def _relay_process(
                 if pid_prefix.pid is not None and not started:
                     started = True
                     pid = int(pid_prefix.pid) if pid_prefix.pid.isdigit() else 0
+                    if on_start is not None:
+                        on_start(pid)
                     await frame({"event": {"start": {"pid": pid}}})
                 if not payload:
                     continue

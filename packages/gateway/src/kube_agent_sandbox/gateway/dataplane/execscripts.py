@@ -69,6 +69,19 @@ START_PROCESS = (
 """``$1``: working directory or empty, then ``NAME=value``... and the argv. PID first on stderr."""
 
 
+SIGNAL_TREE = (
+    f'kill -0 "$2" 2>/dev/null || exit {NOT_FOUND}; '
+    'tree() { echo "$1"; for s in /proc/[0-9]*/stat; do read -r l < "$s" 2>/dev/null || continue; '
+    "r=${l##*) }; r=${r#* }; p=${r%% *}; "
+    'if [ "$p" = "$1" ]; then c=${s#/proc/}; tree "${c%/stat}"; fi; done; }; '
+    'pids=$(tree "$2"); kill -s "$1" $pids 2>/dev/null; true'
+)
+"""``$1``: signal name (``TERM``, ``KILL``), ``$2``: PID. Sends the signal to the process and
+all its descendants (found by parent PID in ``/proc`` first, then signalled together, the
+process first, so none carries on after another was stopped); exits ``NOT_FOUND`` when the PID
+does not exist."""
+
+
 def sh(script: str, *args: str) -> list[str]:
     """The exec argv running ``script`` with positional ``args``."""
     return ["sh", "-c", script, "sh", *args]
