@@ -10,6 +10,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -322,14 +323,31 @@ async def test_stdin_reaches_a_command_started_with_it(sandbox: AsyncSandbox) ->
 
 
 async def test_kill_signals_the_command_and_its_children(sandbox: AsyncSandbox, home: Path) -> None:
+    seen: list[str] = []
     handle = await sandbox.commands.run(
-        "sleep 30 & wait; touch never", background=True, cwd=str(home)
+        "sleep 30 & echo $!; wait; touch never",
+        background=True,
+        cwd=str(home),
+        on_stdout=seen.append,
     )
+    for _ in range(200):  # the child runs: a kill must reach it too, or the stream stays open
+        if seen:
+            break
+        await asyncio.sleep(0.02)
+    child = int("".join(seen).split()[0])
     assert await sandbox.commands.kill(handle.pid) is True
     with pytest.raises(CommandExitException):
-        await handle.wait()
+        await asyncio.wait_for(handle.wait(), 10)
     assert not (home / "never").exists()
+    assert _state(child) == "Z"  # gone, or a zombie waiting for its new parent
     assert await sandbox.commands.kill(999_999_999) is False  # no such process
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"  # gone
 
 
 async def test_sigterm_and_bad_process_requests(gateway_url: str, home: Path) -> None:
@@ -433,3 +451,58 @@ async def test_stdin_of_a_command_whose_exec_connection_closed_is_not_found(home
     assert sent.json() == {"code": "not_found", "message": "process with pid 4242 has ended"}
     assert closed.status_code == 501
     assert "v5 exec protocol" in closed.json()["message"]
+
+
+async def test_files_compose_concatenates_parts(gateway_url: str, home: Path) -> None:
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    (home / "p0").write_bytes(b"Hello, ")
+    (home / "-p1").write_bytes(b"\x00World")
+    (home / "out").write_bytes(b"old")
+    (home / "dir").mkdir()
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=20) as client:
+
+        async def compose(body: object) -> httpx.Response:
+            return await client.post("/files/compose", headers=headers, json=body)
+
+        made = await compose({"source_paths": ["p0", "-p1", "p0"], "destination": "new/whole"})
+        assert made.status_code == 200, made.text
+        assert made.json() == {"path": f"{home}/new/whole", "name": "whole", "type": "file"}
+        assert (home / "new" / "whole").read_bytes() == b"Hello, \x00WorldHello, "
+        assert not (home / "p0").exists()
+        assert not (home / "-p1").exists()
+
+        (home / "p2").write_bytes(b"new")
+        replaced = await compose({"source_paths": [str(home / "p2")], "destination": "out"})
+        assert replaced.status_code == 200
+        assert (home / "out").read_bytes() == b"new"
+        assert not any("e2b-compose" in name for name in os.listdir(home))
+
+        (home / "keep").write_bytes(b"k")
+        expectations = [
+            (b"{nope", 400, "invalid request body"),
+            ({"destination": "x"}, 400, "source_paths must not be empty"),
+            ({"source_paths": "keep", "destination": "x"}, 400, "list of strings"),
+            ({"source_paths": ["keep"]}, 400, "destination is required"),
+            ({"source_paths": ["keep"], "destination": 3}, 400, "must be a string"),
+            ({"source_paths": ["ke\x00ep"], "destination": "x"}, 400, "NUL"),
+            ({"source_paths": ["keep", "gone"], "destination": "x"}, 404, "not found: gone"),
+            ({"source_paths": ["dir"], "destination": "x"}, 400, "source path is a directory"),
+            ({"source_paths": ["/dev/null"], "destination": "x"}, 400, "not a regular file"),
+            ({"source_paths": ["keep"], "destination": "dir"}, 400, "destination is a directory"),
+            ({"source_paths": ["keep"], "destination": "./keep"}, 400, "cannot be the same"),
+            ({"source_paths": ["keep"], "destination": "keep/x"}, 400, "not a directory"),
+        ]
+        for body, status, text in expectations:
+            if isinstance(body, bytes):
+                response = await client.post("/files/compose", headers=headers, content=body)
+            else:
+                response = await compose(body)
+            assert response.status_code == status, (body, response.text)
+            assert response.json()["code"] == status
+            assert text in response.json()["message"], (body, response.text)
+        assert (home / "keep").read_bytes() == b"k"  # nothing was consumed by a refused call
+        assert not (home / "x").exists()

@@ -10,6 +10,8 @@ envd's wire shapes from :mod:`.execwire`):
   exec status channel; ``process.Process/List`` → no processes (exec keeps none);
 - ``GET /files`` → ``cat``, streamed; ``POST /files`` (multipart or octet-stream) → ``cat >
   file`` with stdin closed through v5's close channel, streamed from the request;
+- ``POST /files/compose`` → ``cat`` of the sources into a temporary file, ``mv`` over the
+  destination, ``rm`` of the sources;
 - ``process.Process/Start`` with ``stdin: true`` keeps the exec stream's stdin open:
   ``SendInput`` writes to it and ``CloseStdin`` closes it (v5), for commands this gateway
   replica started; ``process.Process/SendSignal`` → ``kill`` of the PID and its descendants;
@@ -134,6 +136,8 @@ class ExecFallback:
                 response = await self._read_file(target, scope, send)
             elif path == "/files" and method == "POST":
                 response = await self._write_files(target, scope, receive)
+            elif path == "/files/compose" and method == "POST":
+                response = await self._compose(target, receive)
             elif path == "/envs" and method == "GET":
                 response = Response(b"{}", media_type="application/json")
             elif path == "/process.Process/Start" and method == "POST":
@@ -254,6 +258,36 @@ class ExecFallback:
                 raise
             written.append(await upload.finish())
         return Response(json.dumps(written).encode(), media_type="application/json")
+
+    async def _compose(self, target: _Target, receive: Receive) -> Response:
+        """envd's ``POST /files/compose``: concatenate ``source_paths`` into ``destination``."""
+        try:
+            request = json.loads(await read_body(receive, MAX_RPC_BODY))
+        except ValueError as err:
+            return rest_error(400, f"invalid request body: {err}")
+        if not isinstance(request, dict):
+            return rest_error(400, "invalid request body: expected a JSON object")
+        sources = request.get("source_paths")
+        if sources is not None and (
+            not isinstance(sources, list) or not all(isinstance(item, str) for item in sources)
+        ):
+            return rest_error(400, "invalid request body: source_paths must be a list of strings")
+        destination = request.get("destination")
+        if destination is not None and not isinstance(destination, str):
+            return rest_error(400, "invalid request body: destination must be a string")
+        if not sources:
+            return rest_error(400, "source_paths must not be empty")
+        if not destination:
+            return rest_error(400, "destination is required")
+        if any(not path or "\0" in path for path in [destination, *sources]):
+            return rest_error(400, "paths must be non-empty and contain no NUL byte")
+        output = await target.run(scripts.sh(scripts.COMPOSE, destination, *sources))
+        if output.exit_code != 0:
+            return _compose_error(output.exit_code, destination, output.stderr, output.failure)
+        lines = output.stdout.decode("utf-8", "replace").splitlines()
+        full = scripts.absolute(destination, lines[0] if lines and lines[0] else "/")
+        body = {"path": full, "name": posixpath.basename(full), "type": "file"}
+        return Response(json.dumps(body).encode(), media_type="application/json")
 
     # -- filesystem --------------------------------------------------------------------------
     async def _filesystem(self, target: _Target, method: str, receive: Receive) -> Response:
@@ -628,6 +662,27 @@ def _file_error(code: int | None, path: str, stderr: bytes, failure: str | None)
     if "Permission denied" in text:
         return rest_error(403, f"permission denied: {path}")
     return rest_error(500, f"reading {path} failed: {text}")
+
+
+def _compose_error(code: int, destination: str, stderr: bytes, failure: str | None) -> Response:
+    text = _stderr_text(stderr, failure)
+    messages = {
+        scripts.NOT_FOUND: (404, f"source file not found: {text}"),
+        scripts.IS_A_DIRECTORY: (400, f"destination is a directory: {text}"),
+        scripts.SOURCE_IS_A_DIRECTORY: (400, f"source path is a directory: {text}"),
+        scripts.NOT_A_REGULAR_FILE: (400, f"source path is not a regular file: {text}"),
+        scripts.SAME_FILE: (400, f"source path {text} cannot be the same as the destination"),
+        scripts.NOT_A_DIRECTORY: (400, f"a parent of {destination} is not a directory: {text}"),
+    }
+    if code in messages:
+        return rest_error(*messages[code])
+    if "No space left" in text or "Disk quota exceeded" in text:
+        return rest_error(507, f"not enough disk space to write {destination}")
+    if "Permission denied" in text:
+        return rest_error(403, f"permission denied: {text}")
+    if "Not a directory" in text:
+        return rest_error(400, f"a parent of {destination} is not a directory")
+    return rest_error(500, f"composing {destination} failed: {text}")
 
 
 def _fs_error(code: int, path: str, stderr: bytes, failure: str | None) -> Response:
