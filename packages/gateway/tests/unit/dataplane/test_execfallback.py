@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
 from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback, _Stdin
-from kube_agent_sandbox.gateway.dataplane.execscripts import parse_listing, start_argv
+from kube_agent_sandbox.gateway.dataplane.execscripts import SIGNAL_TREE, parse_listing, start_argv
 from kube_agent_sandbox.gateway.dataplane.execwire import envelope, read_envelopes
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 
@@ -185,10 +185,10 @@ async def test_client_disconnect_kills_the_command(
             if b"data" in chunk:
                 break
     for _ in range(200):
-        if any("kill" in " ".join(c) for c in local_exec.commands):
+        if (home / "done").exists() or any(c[-2:-1] == ["KILL"] for c in local_exec.commands):
             break
         await asyncio.sleep(0.05)
-    assert any("kill -KILL" in " ".join(c) for c in local_exec.commands)
+    assert any(c[2] == SIGNAL_TREE and c[-2] == "KILL" for c in local_exec.commands)
 
 
 async def test_bad_rpc_requests_are_clear_errors(gateway_url: str) -> None:

@@ -631,7 +631,7 @@ async def _relay_process(
         await asyncio.gather(*tasks, return_exceptions=True)
         if pid_prefix.pid:
             with contextlib.suppress(Exception):
-                await target.run(scripts.sh(execproto.KILL_TREE_SCRIPT, pid_prefix.pid))
+                await target.run(scripts.sh(scripts.SIGNAL_TREE, "KILL", pid_prefix.pid))
         return
     await asyncio.gather(*tasks, return_exceptions=True)
     pump_task.result()
