@@ -375,7 +375,7 @@ async def test_no_space_is_507(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     from kube_agent_sandbox.sandboxd import files_rest
 
     def full(self: object, data: bytes) -> None:
-        raise files_rest._os_error(OSError(errno.ENOSPC, "No space left on device"), "/x")
+        raise files_rest.os_error(OSError(errno.ENOSPC, "No space left on device"), "/x")
 
     monkeypatch.setattr(files_rest._Target, "write", full)
     async with make_client() as client:

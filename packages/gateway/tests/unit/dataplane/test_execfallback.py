@@ -7,8 +7,10 @@ directory; only the transport (``pods/exec``) is replaced by local processes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,8 @@ from e2b import (
 from packaging.version import Version
 
 from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
-from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
-from kube_agent_sandbox.gateway.dataplane.execscripts import parse_listing, start_argv
+from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback, _Stdin
+from kube_agent_sandbox.gateway.dataplane.execscripts import SIGNAL_TREE, parse_listing, start_argv
 from kube_agent_sandbox.gateway.dataplane.execwire import envelope, read_envelopes
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
 
@@ -183,10 +185,10 @@ async def test_client_disconnect_kills_the_command(
             if b"data" in chunk:
                 break
     for _ in range(200):
-        if any("kill" in " ".join(c) for c in local_exec.commands):
+        if (home / "done").exists() or any(c[-2:-1] == ["KILL"] for c in local_exec.commands):
             break
         await asyncio.sleep(0.05)
-    assert any("kill -KILL" in " ".join(c) for c in local_exec.commands)
+    assert any(c[2] == SIGNAL_TREE and c[-2] == "KILL" for c in local_exec.commands)
 
 
 async def test_bad_rpc_requests_are_clear_errors(gateway_url: str) -> None:
@@ -302,3 +304,205 @@ def test_parse_listing_reads_symlinks_and_skips_garbage() -> None:
     assert link["type"] == "FILE_TYPE_FILE"
     assert tmp["type"] == "FILE_TYPE_DIRECTORY"
     assert tmp["modifiedTime"] == "1970-01-01T00:00:00Z"
+
+
+async def test_stdin_reaches_a_command_started_with_it(sandbox: AsyncSandbox) -> None:
+    handle = await sandbox.commands.run("cat; echo done", background=True, stdin=True)
+    await sandbox.commands.send_stdin(handle.pid, "hello ")
+    await sandbox.commands.send_stdin(handle.pid, b"world\n")
+    await sandbox.commands.close_stdin(handle.pid)
+    result = await handle.wait()
+    assert result.stdout == "hello world\ndone\n"
+    # Once it ended, or for a command started without stdin, there is no stdin to reach.
+    with pytest.raises(NotFoundException, match="not found"):
+        await sandbox.commands.send_stdin(handle.pid, "late")
+    other = await sandbox.commands.run("sleep 0.2", background=True)
+    with pytest.raises(NotFoundException):
+        await sandbox.commands.send_stdin(other.pid, "x")
+    await other.wait()
+
+
+async def test_kill_signals_the_command_and_its_children(sandbox: AsyncSandbox, home: Path) -> None:
+    seen: list[str] = []
+    handle = await sandbox.commands.run(
+        "sleep 30 & echo $!; wait; touch never",
+        background=True,
+        cwd=str(home),
+        on_stdout=seen.append,
+    )
+    for _ in range(200):  # the child runs: a kill must reach it too, or the stream stays open
+        if seen:
+            break
+        await asyncio.sleep(0.02)
+    child = int("".join(seen).split()[0])
+    assert await sandbox.commands.kill(handle.pid) is True
+    with pytest.raises(CommandExitException):
+        await asyncio.wait_for(handle.wait(), 10)
+    assert not (home / "never").exists()
+    assert _state(child) == "Z"  # gone, or a zombie waiting for its new parent
+    assert await sandbox.commands.kill(999_999_999) is False  # no such process
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"  # gone
+
+
+async def test_sigterm_and_bad_process_requests(gateway_url: str, home: Path) -> None:
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    start = {
+        "process": {
+            "cmd": "/bin/sh",
+            "args": ["-c", "trap 'echo term; exit 7' TERM; while :; do sleep 0.1; done"],
+        },
+    }
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=20) as client:
+
+        async def call(method: str, body: object) -> httpx.Response:
+            return await client.post(f"/process.Process/{method}", headers=headers, json=body)
+
+        async with client.stream(
+            "POST",
+            "/process.Process/Start",
+            headers={**headers, "Content-Type": "application/connect+json"},
+            content=envelope(start),
+        ) as stream:
+            raw = b""
+            pid = 0
+            async for chunk in stream.aiter_raw():
+                raw += chunk
+                first = _first_message(raw)
+                if not pid and first is not None:
+                    pid = first["event"]["start"]["pid"]
+                    await asyncio.sleep(0.3)  # let the trap be set
+                    response = await call(
+                        "SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGTERM"}
+                    )
+                    assert response.status_code == 200, response.text
+        assert base64.b64encode(b"term\n") in raw  # the trap ran: TERM, not KILL
+        assert b"exit status 7" in raw
+
+        expectations = [
+            (
+                "SendSignal",
+                {"process": {"pid": 1}, "signal": "SIGNAL_SIGHUP"},
+                400,
+                "unsupported signal",
+            ),
+            ("SendSignal", {"process": {}, "signal": "SIGNAL_SIGKILL"}, 400, "process.pid"),
+            ("SendSignal", {"process": {"pid": -3}, "signal": "SIGNAL_SIGKILL"}, 400, "invalid"),
+            ("SendSignal", {"process": {"tag": "t"}, "signal": "SIGNAL_SIGKILL"}, 501, "tag"),
+            ("SendSignal", [1], 400, "invalid JSON"),
+            ("SendInput", {"process": {"pid": 5}, "input": {"stdin": "%%%"}}, 400, "base64"),
+            ("SendInput", {"process": {"pid": 5}}, 400, "input.stdin"),
+            ("SendInput", {"process": {"pid": 5}, "input": {"pty": "eA=="}}, 501, "PTY"),
+            ("CloseStdin", {"process": {"pid": 5}}, 404, "not found"),
+            ("StreamInput", {}, 501, "not available"),
+        ]
+        for method, body, status, text in expectations:
+            response = await call(method, body)
+            assert response.status_code == status, (method, body, response.text)
+            assert text in response.json()["message"], (method, body, response.text)
+
+
+def _first_message(raw: bytes) -> dict[str, Any] | None:
+    """The first Connect frame's message once it has fully arrived."""
+    size = int.from_bytes(raw[1:5], "big") if len(raw) >= 5 else -1
+    if size < 0 or len(raw) < 5 + size:
+        return None
+    message: dict[str, Any] = json.loads(raw[5 : 5 + size])
+    return message
+
+
+async def test_stdin_of_a_command_whose_exec_connection_closed_is_not_found(home: Path) -> None:
+    class Closed:
+        can_close_stdin = False
+
+        async def write(self, data: bytes) -> None:
+            raise ConnectionResetError("Cannot write to closing transport")
+
+    fallback = ExecFallback(None, pod_exec=LocalExec(str(home)))
+    fallback.stdin[("tenant-a", SANDBOX_ID, 4242)] = _Stdin(Closed())  # type: ignore[arg-type]
+    state = State()
+    state.index.records[SANDBOX_ID] = make_record(annotations=EXEC)
+    plane = DataPlane(state, exec_fallback=fallback)
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    transport = httpx.ASGITransport(app=plane)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        sent = await client.post(
+            "/process.Process/SendInput",
+            headers=headers,
+            json={"process": {"pid": 4242}, "input": {"stdin": "eA=="}},
+        )
+        closed = await client.post(
+            "/process.Process/CloseStdin", headers=headers, json={"process": {"pid": 4242}}
+        )
+    assert sent.status_code == 404
+    assert sent.json() == {"code": "not_found", "message": "process with pid 4242 has ended"}
+    assert closed.status_code == 501
+    assert "v5 exec protocol" in closed.json()["message"]
+
+
+async def test_files_compose_concatenates_parts(gateway_url: str, home: Path) -> None:
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+    }
+    (home / "p0").write_bytes(b"Hello, ")
+    (home / "-p1").write_bytes(b"\x00World")
+    (home / "out").write_bytes(b"old")
+    (home / "dir").mkdir()
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=20) as client:
+
+        async def compose(body: object) -> httpx.Response:
+            return await client.post("/files/compose", headers=headers, json=body)
+
+        made = await compose({"source_paths": ["p0", "-p1", "p0"], "destination": "new/whole"})
+        assert made.status_code == 200, made.text
+        assert made.json() == {"path": f"{home}/new/whole", "name": "whole", "type": "file"}
+        assert (home / "new" / "whole").read_bytes() == b"Hello, \x00WorldHello, "
+        assert not (home / "p0").exists()
+        assert not (home / "-p1").exists()
+
+        (home / "p2").write_bytes(b"new")
+        replaced = await compose({"source_paths": [str(home / "p2")], "destination": "out"})
+        assert replaced.status_code == 200
+        assert (home / "out").read_bytes() == b"new"
+        assert not any("e2b-compose" in name for name in os.listdir(home))
+
+        (home / "keep").write_bytes(b"k")
+        expectations = [
+            (b"{nope", 400, "invalid request body"),
+            ({"destination": "x"}, 400, "source_paths must not be empty"),
+            ({"source_paths": "keep", "destination": "x"}, 400, "list of strings"),
+            ({"source_paths": ["keep"]}, 400, "destination is required"),
+            ({"source_paths": ["keep"], "destination": 3}, 400, "must be a string"),
+            ({"source_paths": ["ke\x00ep"], "destination": "x"}, 400, "NUL"),
+            ({"source_paths": ["keep", "gone"], "destination": "x"}, 404, "not found: gone"),
+            ({"source_paths": ["dir"], "destination": "x"}, 400, "source path is a directory"),
+            ({"source_paths": ["/dev/null"], "destination": "x"}, 400, "not a regular file"),
+            ({"source_paths": ["keep"], "destination": "dir"}, 400, "destination is a directory"),
+            ({"source_paths": ["keep"], "destination": "./keep"}, 400, "cannot be the same"),
+            ({"source_paths": ["keep"], "destination": "keep/x"}, 400, "not a directory"),
+        ]
+        for body, status, text in expectations:
+            if isinstance(body, bytes):
+                response = await client.post("/files/compose", headers=headers, content=body)
+            else:
+                response = await compose(body)
+            assert response.status_code == status, (body, response.text)
+            assert response.json()["code"] == status
+            assert text in response.json()["message"], (body, response.text)
+        assert (home / "keep").read_bytes() == b"k"  # nothing was consumed by a refused call
+        assert not (home / "x").exists()

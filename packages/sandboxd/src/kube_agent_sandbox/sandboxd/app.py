@@ -1,10 +1,11 @@
 """The daemon's ASGI application: envd's REST routes plus the Connect services on one port.
 
 Routes: ``GET /health`` (204, never authenticated), ``GET /envs``, ``POST /init``, ``GET|POST
-/files``, ``GET /metrics``, and ``POST /process.Process/*`` and ``POST
+/files``, ``POST /files/compose``, ``GET /metrics``, and ``POST /process.Process/*`` and ``POST
 /filesystem.Filesystem/*``. Once ``/init`` has set an access token, every other request must
 carry it in ``X-Access-Token`` (checked in constant time) or gets 401; ``/files`` also accepts
-the SDK's signed URLs (``signature`` and ``signature_expiration`` query parameters).
+the SDK's signed URLs (``signature`` and ``signature_expiration`` query parameters), not
+``/files/compose`` (envd's rule: its paths are in the body, which a signature does not cover).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from kube_agent_sandbox.sandboxd import files_rest
+from kube_agent_sandbox.sandboxd import files_compose, files_rest
 from kube_agent_sandbox.sandboxd.connect_codec import Code, ConnectError, Method, dispatch
 from kube_agent_sandbox.sandboxd.filesystem_rpc import FilesystemService
 from kube_agent_sandbox.sandboxd.heartbeat import DEFAULT_INTERVAL_SECONDS, Heartbeat
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 TOKEN_HEADER = b"x-access-token"
 UNAUTHENTICATED_PATHS = frozenset({"/health"})
 MAX_INIT_BYTES = 1024 * 1024
+ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 @dataclass
@@ -229,6 +231,9 @@ def build_app(
     async def files_post(request: Request) -> Response:
         return await files_rest.upload(request, state)
 
+    async def files_compose_post(request: Request) -> Response:
+        return await files_compose.compose(request, state)
+
     async def metrics(request: Request) -> Response:
         del request
         return JSONResponse(_metrics())
@@ -258,6 +263,8 @@ def build_app(
             Route("/init", init, methods=["POST"]),
             Route("/files", files_get, methods=["GET", "HEAD"]),
             Route("/files", files_post, methods=["POST"]),
+            # Every method, so that a GET gets a REST error rather than the RPC route's.
+            Route("/files/compose", files_compose_post, methods=list(ALL_METHODS)),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/{service}/{method}", rpc, methods=["GET", "POST"]),
         ],

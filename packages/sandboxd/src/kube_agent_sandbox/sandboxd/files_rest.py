@@ -70,7 +70,8 @@ def api_error(status: int, message: str) -> Response:
     return FilesError(status, message).response()
 
 
-def _os_error(exc: OSError, path: str) -> FilesError:
+def os_error(exc: OSError, path: str) -> FilesError:
+    """envd's answer for an OS error on ``path`` (404, 507, 403, 400 or 500)."""
     reason = exc.strerror or str(exc)
     if exc.errno == errno.ENOENT:
         return FilesError(404, f"path '{path}' does not exist")
@@ -129,7 +130,7 @@ async def download(request: Request, state: DaemonState) -> Response:
         try:
             info = os.stat(path)
         except OSError as exc:
-            raise _os_error(exc, path) from exc
+            raise os_error(exc, path) from exc
         if stat.S_ISDIR(info.st_mode):
             raise FilesError(400, f"path '{path}' is a directory")
         if not stat.S_ISREG(info.st_mode):
@@ -209,7 +210,7 @@ class _Target:
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
                 raise FilesError(400, f"a parent of '{self.path}' is not a directory") from exc
-            raise _os_error(exc, self.path) from exc
+            raise os_error(exc, self.path) from exc
         if self.created:
             chown(self.path, self.user)
 
@@ -218,14 +219,14 @@ class _Target:
         try:
             self.handle.write(data)
         except OSError as exc:
-            raise _os_error(exc, self.path) from exc
+            raise os_error(exc, self.path) from exc
 
     def finish(self) -> dict[str, Any]:
         assert self.handle is not None
         try:
             self.handle.close()
         except OSError as exc:
-            raise _os_error(exc, self.path) from exc
+            raise os_error(exc, self.path) from exc
         result: dict[str, Any] = {
             "path": self.path,
             "name": posixpath.basename(self.path),

@@ -10,12 +10,18 @@ envd's wire shapes from :mod:`.execwire`):
   exec status channel; ``process.Process/List`` → no processes (exec keeps none);
 - ``GET /files`` → ``cat``, streamed; ``POST /files`` (multipart or octet-stream) → ``cat >
   file`` with stdin closed through v5's close channel, streamed from the request;
+- ``POST /files/compose`` → ``cat`` of the sources into a temporary file, ``mv`` over the
+  destination, ``rm`` of the sources;
+- ``process.Process/Start`` with ``stdin: true`` keeps the exec stream's stdin open:
+  ``SendInput`` writes to it and ``CloseStdin`` closes it (v5), for commands this gateway
+  replica started; ``process.Process/SendSignal`` → ``kill`` of the PID and its descendants;
 - ``filesystem.Filesystem/{Stat, ListDir, MakeDir, Remove, Move}`` → ``stat``/``find``/
   ``mkdir``/``rm``/``mv``.
 
 Limits (documented): every call costs an apiserver and kubelet round trip; commands run as the
-container's user (``username`` is ignored); no stdin after start, no reattach, signals, watch
-or port forwarding. A client that disconnects from a running command has it killed.
+container's user (``username`` is ignored); stdin only reaches commands started through the
+same gateway replica; no PTY, ``StreamInput``, reattach, watch or port forwarding. A client
+that disconnects from a running command has it killed.
 """
 
 from __future__ import annotations
@@ -67,6 +73,14 @@ logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 50.0
 MAX_RPC_BODY = 1024 * 1024
+STDIN_METHODS = frozenset({"/process.Process/SendInput", "/process.Process/CloseStdin"})
+# process.Signal in proto3 JSON (name or number) → the name ``kill -s`` takes.
+SIGNALS: dict[object, str] = {
+    "SIGNAL_SIGTERM": "TERM",
+    "SIGNAL_SIGKILL": "KILL",
+    15: "TERM",
+    9: "KILL",
+}
 
 
 class ExecFallback:
@@ -88,6 +102,8 @@ class ExecFallback:
                 raise ValueError("the exec fallback needs a client with a cluster config")
             pod_exec = PodExec(config)
         self.pod_exec = pod_exec
+        # Commands started with stdin, by (namespace, pod, PID): SendInput and CloseStdin.
+        self.stdin: dict[tuple[str, str, int], _Stdin] = {}
 
     async def aclose(self) -> None:
         """Close the exec connection pool."""
@@ -120,6 +136,8 @@ class ExecFallback:
                 response = await self._read_file(target, scope, send)
             elif path == "/files" and method == "POST":
                 response = await self._write_files(target, scope, receive)
+            elif path == "/files/compose" and method == "POST":
+                response = await self._compose(target, receive)
             elif path == "/envs" and method == "GET":
                 response = Response(b"{}", media_type="application/json")
             elif path == "/process.Process/Start" and method == "POST":
@@ -127,6 +145,10 @@ class ExecFallback:
             elif path == "/process.Process/List" and method == "POST":
                 await read_body(receive, MAX_RPC_BODY)
                 response = Response(b"{}", media_type="application/json")
+            elif path in STDIN_METHODS and method == "POST":
+                response = await self._stdin(target, path.rsplit("/", 1)[1], receive)
+            elif path == "/process.Process/SendSignal" and method == "POST":
+                response = await self._signal(target, receive)
             elif path.startswith("/filesystem.Filesystem/") and method == "POST":
                 response = await self._filesystem(target, path.rsplit("/", 1)[1], receive)
             elif path.startswith(("/process.", "/filesystem.")):
@@ -237,6 +259,36 @@ class ExecFallback:
             written.append(await upload.finish())
         return Response(json.dumps(written).encode(), media_type="application/json")
 
+    async def _compose(self, target: _Target, receive: Receive) -> Response:
+        """envd's ``POST /files/compose``: concatenate ``source_paths`` into ``destination``."""
+        try:
+            request = json.loads(await read_body(receive, MAX_RPC_BODY))
+        except ValueError as err:
+            return rest_error(400, f"invalid request body: {err}")
+        if not isinstance(request, dict):
+            return rest_error(400, "invalid request body: expected a JSON object")
+        sources = request.get("source_paths")
+        if sources is not None and (
+            not isinstance(sources, list) or not all(isinstance(item, str) for item in sources)
+        ):
+            return rest_error(400, "invalid request body: source_paths must be a list of strings")
+        destination = request.get("destination")
+        if destination is not None and not isinstance(destination, str):
+            return rest_error(400, "invalid request body: destination must be a string")
+        if not sources:
+            return rest_error(400, "source_paths must not be empty")
+        if not destination:
+            return rest_error(400, "destination is required")
+        if any(not path or "\0" in path for path in [destination, *sources]):
+            return rest_error(400, "paths must be non-empty and contain no NUL byte")
+        output = await target.run(scripts.sh(scripts.COMPOSE, destination, *sources))
+        if output.exit_code != 0:
+            return _compose_error(output.exit_code, destination, output.stderr, output.failure)
+        lines = output.stdout.decode("utf-8", "replace").splitlines()
+        full = scripts.absolute(destination, lines[0] if lines and lines[0] else "/")
+        body = {"path": full, "name": posixpath.basename(full), "type": "file"}
+        return Response(json.dumps(body).encode(), media_type="application/json")
+
     # -- filesystem --------------------------------------------------------------------------
     async def _filesystem(self, target: _Target, method: str, receive: Receive) -> Response:
         try:
@@ -309,10 +361,19 @@ class ExecFallback:
             return connect_error("invalid_argument", f"invalid Start request: {err}")
         if request.get("pty"):
             return connect_error("unimplemented", "PTYs are not available without sandboxd")
+        stdin = request.get("stdin") is True
         interval = KEEPALIVE_SECONDS
         with contextlib.suppress(ValueError):
             interval = max(1.0, float(header(scope, b"keepalive-ping-interval") or interval))
-        async with target.open(argv) as stream:
+        keys: list[tuple[str, str, int]] = []
+
+        def started(pid: int) -> None:
+            if stdin and pid > 0:
+                key = (target.namespace, target.pod, pid)
+                self.stdin[key] = _Stdin(stream)
+                keys.append(key)
+
+        async with target.open(argv, stdin=stdin) as stream:
             await send(
                 {
                     "type": "http.response.start",
@@ -323,11 +384,95 @@ class ExecFallback:
             if on_stream is not None:
                 on_stream(True)
             try:
-                await _relay_process(stream, receive, send, interval=interval, target=target)
+                await _relay_process(
+                    stream, receive, send, interval=interval, target=target, on_start=started
+                )
             finally:
+                for key in keys:
+                    entry = self.stdin.get(key)
+                    if entry is not None and entry.stream is stream:
+                        del self.stdin[key]
                 if on_stream is not None:
                     on_stream(False)
         return None
+
+    async def _process_request(self, receive: Receive) -> tuple[dict[str, Any], int]:
+        """A unary process request's JSON and the PID its ``process`` selector names.
+
+        Raises:
+            ExecFailure: malformed, or a selector without a PID (tags need sandboxd).
+        """
+        try:
+            request = json.loads(await read_body(receive, MAX_RPC_BODY) or b"{}")
+        except ValueError as err:
+            raise ExecFailure("invalid_argument", "invalid JSON request") from err
+        if not isinstance(request, dict):
+            raise ExecFailure("invalid_argument", "invalid JSON request")
+        selector = request.get("process")
+        if not isinstance(selector, dict) or "pid" not in selector:
+            if isinstance(selector, dict) and "tag" in selector:
+                raise ExecFailure(
+                    "unimplemented", "selecting a process by tag needs sandboxd in the image"
+                )
+            raise ExecFailure("invalid_argument", "process.pid is required")
+        pid = selector["pid"]
+        if isinstance(pid, str) and pid.isdigit():
+            pid = int(pid)
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise ExecFailure("invalid_argument", f"invalid process.pid {pid!r}")
+        return request, pid
+
+    async def _stdin(self, target: _Target, method: str, receive: Receive) -> Response:
+        request, pid = await self._process_request(receive)
+        data = b""
+        if method == "SendInput":
+            given = request.get("input")
+            if not isinstance(given, dict) or not isinstance(given.get("stdin", ""), str):
+                raise ExecFailure("invalid_argument", "input.stdin (base64) is required")
+            if "pty" in given:
+                raise ExecFailure("unimplemented", "PTYs are not available without sandboxd")
+            try:
+                data = base64.b64decode(given.get("stdin", ""), validate=True)
+            except ValueError as err:
+                raise ExecFailure("invalid_argument", "input.stdin is not base64") from err
+        entry = self.stdin.get((target.namespace, target.pod, pid))
+        if entry is None:
+            raise ExecFailure(
+                "not_found",
+                f"process with pid {pid} not found, or not started with stdin through this "
+                "gateway replica (stdin without sandboxd only reaches those)",
+            )
+        stream = entry.stream
+        if method == "CloseStdin" and not stream.can_close_stdin:
+            raise ExecFailure(
+                "unimplemented", "closing stdin needs the v5 exec protocol (Kubernetes >= 1.30)"
+            )
+        async with entry.lock:  # one call's bytes are never interleaved with another's
+            try:
+                if method == "CloseStdin":
+                    await stream.close_stdin()
+                elif data:
+                    await stream.write(data)
+            except Exception as err:  # the exec connection closed under us: the command ended
+                logger.debug("stdin of pid %s in %s/%s: %s", pid, target.namespace, target.pod, err)
+                raise ExecFailure("not_found", f"process with pid {pid} has ended") from err
+        return Response(b"{}", media_type="application/json")
+
+    async def _signal(self, target: _Target, receive: Receive) -> Response:
+        request, pid = await self._process_request(receive)
+        name = SIGNALS.get(request.get("signal"))
+        if name is None:
+            raise ExecFailure(
+                "invalid_argument",
+                f"unsupported signal {request.get('signal')!r} (SIGNAL_SIGTERM or SIGNAL_SIGKILL)",
+            )
+        output = await target.run(scripts.sh(scripts.SIGNAL_TREE, name, str(pid)))
+        if output.exit_code == scripts.NOT_FOUND:
+            raise ExecFailure("not_found", f"process with pid {pid} not found")
+        if output.exit_code != 0:
+            text = _stderr_text(output.stderr, output.failure)
+            raise ExecFailure("internal", f"signalling pid {pid} failed: {text}")
+        return Response(b"{}", media_type="application/json")
 
 
 class _Target:
@@ -354,6 +499,14 @@ class _Target:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
         return await self.pod_exec.run(self.namespace, self.pod, argv, container=self.container)
+
+
+class _Stdin:
+    """The stdin of a command started with ``stdin: true``; writes go one call at a time."""
+
+    def __init__(self, stream: CommandStream) -> None:
+        self.stream = stream
+        self.lock = asyncio.Lock()
 
 
 class _Upload:
@@ -418,7 +571,13 @@ class _Upload:
 
 
 async def _relay_process(
-    stream: CommandStream, receive: Receive, send: Send, *, interval: float, target: _Target
+    stream: CommandStream,
+    receive: Receive,
+    send: Send,
+    *,
+    interval: float,
+    target: _Target,
+    on_start: Callable[[int], None] | None = None,
 ) -> None:
     pid_prefix = execproto.PidPrefix()
     started = False
@@ -437,6 +596,8 @@ async def _relay_process(
                 if pid_prefix.pid is not None and not started:
                     started = True
                     pid = int(pid_prefix.pid) if pid_prefix.pid.isdigit() else 0
+                    if on_start is not None:
+                        on_start(pid)
                     await frame({"event": {"start": {"pid": pid}}})
                 if not payload:
                     continue
@@ -470,7 +631,7 @@ async def _relay_process(
         await asyncio.gather(*tasks, return_exceptions=True)
         if pid_prefix.pid:
             with contextlib.suppress(Exception):
-                await target.run(scripts.sh(execproto.KILL_TREE_SCRIPT, pid_prefix.pid))
+                await target.run(scripts.sh(scripts.SIGNAL_TREE, "KILL", pid_prefix.pid))
         return
     await asyncio.gather(*tasks, return_exceptions=True)
     pump_task.result()
@@ -501,6 +662,27 @@ def _file_error(code: int | None, path: str, stderr: bytes, failure: str | None)
     if "Permission denied" in text:
         return rest_error(403, f"permission denied: {path}")
     return rest_error(500, f"reading {path} failed: {text}")
+
+
+def _compose_error(code: int, destination: str, stderr: bytes, failure: str | None) -> Response:
+    text = _stderr_text(stderr, failure)
+    messages = {
+        scripts.NOT_FOUND: (404, f"source file not found: {text}"),
+        scripts.IS_A_DIRECTORY: (400, f"destination is a directory: {text}"),
+        scripts.SOURCE_IS_A_DIRECTORY: (400, f"source path is a directory: {text}"),
+        scripts.NOT_A_REGULAR_FILE: (400, f"source path is not a regular file: {text}"),
+        scripts.SAME_FILE: (400, f"source path {text} cannot be the same as the destination"),
+        scripts.NOT_A_DIRECTORY: (400, f"a parent of {destination} is not a directory: {text}"),
+    }
+    if code in messages:
+        return rest_error(*messages[code])
+    if "No space left" in text or "Disk quota exceeded" in text:
+        return rest_error(507, f"not enough disk space to write {destination}")
+    if "Permission denied" in text:
+        return rest_error(403, f"permission denied: {text}")
+    if "Not a directory" in text:
+        return rest_error(400, f"a parent of {destination} is not a directory")
+    return rest_error(500, f"composing {destination} failed: {text}")
 
 
 def _fs_error(code: int, path: str, stderr: bytes, failure: str | None) -> Response:

@@ -17,6 +17,9 @@ NOT_FOUND = 44
 NOT_A_DIRECTORY = 45
 ALREADY_EXISTS = 46
 IS_A_DIRECTORY = 47
+NOT_A_REGULAR_FILE = 48
+SAME_FILE = 49
+SOURCE_IS_A_DIRECTORY = 50
 
 _PRELUDE = (
     'cd 2>/dev/null || cd /; printf "P|%s\\n" "$PWD"; '
@@ -67,6 +70,40 @@ START_PROCESS = (
     'echo "$$" >&2; exec env "$@"'
 )
 """``$1``: working directory or empty, then ``NAME=value``... and the argv. PID first on stderr."""
+
+
+COMPOSE = (
+    'cd 2>/dev/null || cd /; printf "%s\\n" "$PWD"; '
+    'fail() { printf "%s" "$2" >&2; exit "$1"; }; d=$1; shift; '
+    f'[ -d "$d" ] && fail {IS_A_DIRECTORY} "$d"; '
+    "for s do "
+    f'[ -e "$s" ] || fail {NOT_FOUND} "$s"; [ -d "$s" ] && fail {SOURCE_IS_A_DIRECTORY} "$s"; '
+    f'[ -f "$s" ] || fail {NOT_A_REGULAR_FILE} "$s"; [ "$s" -ef "$d" ] && fail {SAME_FILE} "$s"; '
+    "done; "
+    'p=$(dirname -- "$d"); q=$p; while [ ! -e "$q" ]; do q=$(dirname -- "$q"); done; '
+    f'[ -d "$q" ] || fail {NOT_A_DIRECTORY} "$q"; '
+    'mkdir -p -- "$p" || exit 1; t="$d.e2b-compose.$$.tmp"; '
+    'cat -- "$@" > "$t" && mv -f -- "$t" "$d" || { rm -f -- "$t"; exit 1; }; rm -f -- "$@"'
+)
+"""``$1``: destination, then the sources in order (envd's ``/files/compose``): checks them all
+(a failed check prints the path on stderr; the destination's nearest existing ancestor must be
+a directory), concatenates them into a temporary file next to
+the destination, renames it over the destination, then deletes the sources. Prints the home
+directory first."""
+
+
+SIGNAL_TREE = (
+    f'kill -0 "$2" 2>/dev/null || exit {NOT_FOUND}; '
+    'tree() { kill -STOP "$1" 2>/dev/null; echo "$1"; '
+    'for s in /proc/[0-9]*/stat; do read -r l < "$s" 2>/dev/null || continue; '
+    "r=${l##*) }; r=${r#* }; p=${r%% *}; "
+    'if [ "$p" = "$1" ]; then c=${s#/proc/}; tree "${c%/stat}"; fi; done; }; '
+    'pids=$(tree "$2"); kill -s "$1" $pids 2>/dev/null; kill -CONT $pids 2>/dev/null; true'
+)
+"""``$1``: signal name (``TERM``, ``KILL``), ``$2``: PID. Signals the process and all its
+descendants: each is stopped before its children are looked up (by parent PID in ``/proc``), so
+none can fork or carry on unseen; then all get the signal together and are continued (a
+``TERM`` reaches its handlers). Exits ``NOT_FOUND`` when the PID does not exist."""
 
 
 def sh(script: str, *args: str) -> list[str]:
