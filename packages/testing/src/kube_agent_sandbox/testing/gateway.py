@@ -304,6 +304,7 @@ def start_controller(
     repo_root: Path,
     flags: Sequence[str] = ("--extensions",),
     metrics_port: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ManagedProcess:
     """``agent-sandbox-controller <flags>`` as its generated RBAC, once ``/readyz`` answers.
 
@@ -314,6 +315,7 @@ def start_controller(
         repo_root: The repository root (for ``manifests/rbac``).
         flags: Its behaviour flags (:func:`documented_controller_flags` of an install).
         metrics_port: Port of ``/metrics`` on 127.0.0.1; a free one when None.
+        env: Extra environment variables (e.g. the ``OTEL_EXPORTER_OTLP_*`` ones).
 
     Returns:
         The controller's process.
@@ -340,7 +342,7 @@ def start_controller(
         f"--metrics-bind-address=127.0.0.1:{metrics_port or free_port()}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
     ]
-    process = runner.start_command(argv, identity=identity, name="controller")
+    process = runner.start_command(argv, identity=identity, name="controller", env=env)
     wait_until(
         lambda: http_status(f"http://127.0.0.1:{health}/readyz") == 200,
         timeout=90,
