@@ -130,7 +130,8 @@ def integration(session: nox.Session) -> None:
     """Integration tests against a real kube-apiserver (local cluster by default)."""
     _sync(session)
     # helm: the chart's tests (packages/controller/tests/integration/test_helm_chart.py);
-    # promtool: the alert rules' tests (test_alert_rules.py).
+    # promtool: the alert rules' tests (test_alert_rules.py); otelcol: the tracing test
+    # (packages/sdk/tests/integration/test_sdk_tracing_live.py).
     _uv_run(
         session,
         "python",
@@ -138,6 +139,7 @@ def integration(session: nox.Session) -> None:
         "kube_agent_sandbox.testing.build",
         "--with-helm",
         "--with-prometheus",
+        "--with-otelcol",
     )
     # --cluster-registry: the snapshot tests push to and pull from a real OCI registry (TLS).
     _pytest_exit_ok(

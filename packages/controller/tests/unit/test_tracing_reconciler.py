@@ -121,6 +121,27 @@ class TestSpans:
             ("ExistingPodStatusObserved", {"pod.Name": "sandbox-name", "pod.Phase": "Running"})
         ]
 
+    async def test_the_pass_that_sees_the_pod_ready_records_sandbox_ready(
+        self, tracer: OTelTracer, exporter: InMemorySpanExporter
+    ) -> None:
+        cluster = FakeCluster()
+        cluster.add(SANDBOXES, make_sandbox(annotations={c.ANNOTATION_TRACE_CONTEXT: ANNOTATION}))
+        reconciler = cluster.reconciler(tracer=tracer)
+        await reconciler.reconcile(request())  # creates the pod, not ready yet
+        assert all(e.name != "SandboxReady" for e in _only(exporter, "ReconcileSandbox").events)
+        exporter.clear()
+        cluster.set_pod_status("sandbox-name")
+        await reconciler.reconcile(request())
+        root = _only(exporter, "ReconcileSandbox")
+        assert root.parent is not None
+        assert f"{root.parent.span_id:016x}" == PARENT_SPAN_ID
+        assert [(e.name, dict(e.attributes or {})) for e in root.events] == [
+            ("SandboxReady", {"sandbox.name": "sandbox-name", "pod.Name": "sandbox-name"})
+        ]
+        exporter.clear()
+        await reconciler.reconcile(request())  # already Ready: no second event
+        assert not _only(exporter, "ReconcileSandbox").events
+
     @pytest.mark.parametrize(
         ("label", "expected"),
         [

@@ -37,6 +37,7 @@ HEAVY = (
     "yaml",
     "rich",
     "typer",
+    "opentelemetry",
 )
 """Modules (and their submodules) that ``import kube_agent_sandbox.sdk`` must not load."""
 
@@ -77,6 +78,16 @@ def test_every_name_in_all_resolves() -> None:
     assert set(sdk.__all__) <= set(dir(sdk))
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = sdk.no_such_name  # type: ignore[attr-defined]
+
+
+def test_a_client_without_tracing_loads_no_opentelemetry() -> None:
+    code = (
+        "from kube_agent_sandbox.sdk import ClusterConfig, SandboxClient, AsyncSandboxClient\n"
+        "SandboxClient(ClusterConfig('https://127.0.0.1:1', verify=False))\n"
+        "AsyncSandboxClient(ClusterConfig('https://127.0.0.1:1', verify=False))\n"
+        "import kube_agent_sandbox.sdk.cli.app\n"
+    )
+    assert loaded_after(code, ("opentelemetry", "grpc", "kube_agent_sandbox.sdk._otel")) == []
 
 
 def test_the_cli_loads_rich_only_to_print_a_message() -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, load_config
-from kube_agent_sandbox.gateway import tenants
+from kube_agent_sandbox.gateway import tenants, tracing
 from kube_agent_sandbox.gateway.config import (
     DEFAULT_CREATE_TIMEOUT_SECONDS,
     DEFAULT_LISTEN,
@@ -64,6 +65,14 @@ def _positive(text: str) -> float:
     return value
 
 
+TRACING_ENV = "AGENT_SANDBOX_GATEWAY_ENABLE_TRACING"
+"""Environment variable that turns ``--enable-tracing`` on (``true``/``1``/``yes``)."""
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (``serve`` and ``keys``)."""
     parser = argparse.ArgumentParser(
@@ -103,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kube-api-burst", type=int, default=100)
     serve.add_argument(
         "--mcp-file-root", default="/", help="MCP file tools refuse paths outside this folder"
+    )
+    serve.add_argument(
+        "--enable-tracing",
+        action="store_true",
+        default=_env_flag(TRACING_ENV),
+        help=f"trace creates with OpenTelemetry, exported over OTLP/gRPC to "
+        f"$OTEL_EXPORTER_OTLP_ENDPOINT (default: ${TRACING_ENV})",
     )
     serve.add_argument("--pod-address-override", default=None, help="testing only")
     serve.add_argument(
@@ -151,19 +167,28 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         tls_key_file=args.tls_key_file,
         mcp_file_root=args.mcp_file_root,
         http2=args.http2,
+        enable_tracing=args.enable_tracing,
     )
     check_tls_files(options)
     return options
 
 
 def serve(options: GatewayOptions) -> None:
-    """Run the gateway until interrupted."""
+    """Run the gateway until interrupted (spans flushed at the end with tracing on)."""
+    host, port = options.bind
+    stop_tracing = tracing.setup(enabled=options.enable_tracing)
+    try:
+        _serve(options, host, port)
+    finally:
+        stop_tracing()
+
+
+def _serve(options: GatewayOptions, host: str, port: int) -> None:
     import uvicorn
 
     from kube_agent_sandbox.gateway.app import build_app
     from kube_agent_sandbox.gateway.state import GatewayState
 
-    host, port = options.bind
     state = GatewayState(options)
     app = build_app(state)
     logger.info(

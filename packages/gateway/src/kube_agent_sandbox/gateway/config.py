@@ -44,6 +44,8 @@ class GatewayOptions:
         gateway_namespace: the namespace of the gateway's pods, which sandboxes with egress
             rules may still reach (heartbeats); None = the service account's namespace when
             running in a cluster, else none.
+        enable_tracing: trace creates with OpenTelemetry, exported over OTLP
+            (:mod:`kube_agent_sandbox.gateway.tracing`).
     """
 
     listen: str = DEFAULT_LISTEN
@@ -64,6 +66,7 @@ class GatewayOptions:
     mcp_file_root: str = "/"
     http2: bool = False
     gateway_namespace: str | None = None
+    enable_tracing: bool = False
 
     def __post_init__(self) -> None:
         if self.create_timeout_seconds <= 0:

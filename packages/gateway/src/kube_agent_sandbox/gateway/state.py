@@ -57,6 +57,7 @@ from kube_agent_sandbox.gateway.overdue_pause import OverduePauses
 from kube_agent_sandbox.gateway.resume import Resumer
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret
+from kube_agent_sandbox.gateway.tracing import tracer_for
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class GatewayState:
         tokens: Tokens | None = None,
     ) -> None:
         self.options = options
+        self.tracer = tracer_for(enabled=options.enable_tracing)
+        """Spans of creates (the no-op tracer unless ``--enable-tracing``)."""
         self._own_api = api is None
         self._api: GatewayClient | None = api
         self.tokens = tokens or Tokens(load_secret(options.hmac_secret_file))

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from kube_agent_sandbox.sdk.execproto import ExecResult, FileEntry
     from kube_agent_sandbox.sdk.metrics import get_metrics
     from kube_agent_sandbox.sdk.readiness import Readiness
+    from kube_agent_sandbox.sdk.tracing import SandboxTracerConfig
 
     ExecutionResult = ExecResult
 
@@ -99,6 +100,7 @@ _LAZY: dict[str, str] = {
     "FileEntry": "kube_agent_sandbox.sdk.execproto",
     "get_metrics": "kube_agent_sandbox.sdk.metrics",
     "Readiness": "kube_agent_sandbox.sdk.readiness",
+    "SandboxTracerConfig": "kube_agent_sandbox.sdk.tracing",
     "ExecutionResult": "kube_agent_sandbox.sdk.execproto",
 }
 """Where each public name lives; loaded on first use (PEP 562), so ``import kube_agent_sandbox.sdk``
@@ -160,6 +162,7 @@ __all__ = [
     "SandboxRequestError",
     "SandboxTemplateNotFoundError",
     "SandboxTimeoutError",
+    "SandboxTracerConfig",
     "SandboxWarmPoolNotFoundError",
     "get_metrics",
     "load_incluster",

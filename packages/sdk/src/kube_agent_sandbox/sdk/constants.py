@@ -35,6 +35,7 @@ __all__ = [
     "SANDBOX_WARM_POOLS",
     "TERMINAL_CLAIM_READY_REASONS",
     "TERMINAL_SANDBOX_READY_REASONS",
+    "TRACE_CONTEXT_ANNOTATION",
     "Resource",
 ]
 
@@ -46,6 +47,9 @@ CLIENT_REQUEST_TIME_ANNOTATION: Final = api.ANNOTATION_CLIENT_FIRST_REQUESTED_AT
 """``agents.x-k8s.io/client-first-requested-at``: when the client first asked for the claim."""
 POD_NAME_ANNOTATION: Final = api.ANNOTATION_POD_NAME
 """``agents.x-k8s.io/pod-name``: the Sandbox's backing Pod."""
+TRACE_CONTEXT_ANNOTATION: Final = api.ANNOTATION_TRACE_CONTEXT
+"""``opentelemetry.io/trace-context``: the W3C context (JSON of headers) the SDK writes on what
+it creates when tracing is on; the controllers continue the trace from it."""
 
 TERMINAL_CLAIM_READY_REASONS: Final = frozenset(
     {

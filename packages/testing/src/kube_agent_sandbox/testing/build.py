@@ -7,10 +7,11 @@ their modules at the versions pinned in ``versions.py``.
 The build is idempotent: a binary that is present and reports the pinned version is never
 rebuilt.
 
-The CNCF distribution registry (the snapshot tests' OCI registry) is built with the rest.
+The CNCF distribution registry (the snapshot tests' OCI registry) is built with the rest; an
+OpenTelemetry Collector (the tracing tests' trace receiver) only with ``--with-otelcol``.
 
 Usage: ``python -m kube_agent_sandbox.testing.build [--with-node] [--with-helm]
-[--with-prometheus] [--only helm]``
+[--with-prometheus] [--with-otelcol] [--only helm]``
 """
 
 from __future__ import annotations
@@ -362,6 +363,98 @@ def build_registry(bin_dir: Path) -> None:
         raise BuildError(f"{bin_dir / 'registry'} does not report {versions.REGISTRY_VERSION}")
 
 
+# The collector's main package, as the OpenTelemetry Collector Builder would generate it for a
+# manifest of one receiver (otlp) and one exporter (file).
+_OTELCOL_MAIN = """package main
+
+import (
+	"log"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/provider/envprovider"
+	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/otelcol"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
+)
+
+func components() (otelcol.Factories, error) {
+	var err error
+	factories := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
+	factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](otlpreceiver.NewFactory())
+	if err != nil {
+		return otelcol.Factories{}, err
+	}
+	factories.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](fileexporter.NewFactory())
+	if err != nil {
+		return otelcol.Factories{}, err
+	}
+	return factories, nil
+}
+
+func main() {
+	settings := otelcol.CollectorSettings{
+		BuildInfo: component.BuildInfo{
+			Command:     "otelcol",
+			Description: "OTLP receiver and file exporter (Agent Sandbox testenv)",
+			Version:     "%(version)s",
+		},
+		Factories: components,
+		ConfigProviderSettings: otelcol.ConfigProviderSettings{
+			ResolverSettings: confmap.ResolverSettings{
+				ProviderFactories: []confmap.ProviderFactory{
+					envprovider.NewFactory(),
+					fileprovider.NewFactory(),
+				},
+				DefaultScheme: "env",
+			},
+		},
+	}
+	if err := otelcol.NewCommand(settings).Execute(); err != nil {
+		log.Fatal(err)
+	}
+}
+"""
+
+
+def build_otelcol(bin_dir: Path) -> None:
+    """Build the OpenTelemetry Collector (OTLP receiver, file exporter) through a throwaway
+    module. Cold: about 2 min on 2 cores (about 950 packages)."""
+    wanted = versions.OTELCOL_VERSION
+    if _has_version(bin_dir / "otelcol", wanted):
+        _log(f"otelcol {wanted} present")
+        return
+    env = _go_env()
+    with tempfile.TemporaryDirectory(prefix="otelcol-build-") as tmp:
+        work = Path(tmp)
+        _run_go(["mod", "init", "agent-sandbox.testenv/otelcol"], cwd=work, env=env, what="go mod")
+        core = "go.opentelemetry.io/collector"
+        requires = [
+            f"-require={versions.OTELCOL_CONTRIB}/exporter/fileexporter@{wanted}",
+            f"-require={core}/otelcol@{versions.OTELCOL_CORE_VERSION}",
+            f"-require={core}/receiver/otlpreceiver@{versions.OTELCOL_CORE_VERSION}",
+            f"-require={core}/confmap/provider/envprovider@{versions.OTELCOL_CORE_STABLE_VERSION}",
+            f"-require={core}/confmap/provider/fileprovider@{versions.OTELCOL_CORE_STABLE_VERSION}",
+        ]
+        _run_go(["mod", "edit", *requires], cwd=work, env=env, what="go mod edit")
+        (work / "main.go").write_text(_OTELCOL_MAIN % {"version": wanted.lstrip("v")})
+        # No `go mod tidy`: it would fetch the components' test-only modules; -mod=mod adds
+        # just what the build imports.
+        _log(f"building otelcol {wanted} (cold: ~2 min on 2 cores)")
+        _run_go(
+            ["build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(bin_dir / "otelcol"), "."],
+            cwd=work,
+            env=env,
+            what="otelcol",
+        )
+    if not _has_version(bin_dir / "otelcol", wanted):
+        raise BuildError(f"{bin_dir / 'otelcol'} does not report version {wanted}")
+
+
 def kwok_stage_dir() -> Path:
     """kwok's stock Stage definitions, read from the Go module cache (never copied)."""
     modcache = subprocess.run(
@@ -370,7 +463,7 @@ def kwok_stage_dir() -> Path:
     return Path(modcache) / f"sigs.k8s.io/kwok@{versions.KWOK_VERSION}" / "kustomize" / "stage"
 
 
-COMPONENTS = ("etcd", "kwok", "kubernetes", "helm", "prometheus", "registry")
+COMPONENTS = ("etcd", "kwok", "kubernetes", "helm", "prometheus", "registry", "otelcol")
 """What ``--only`` can select."""
 
 
@@ -398,10 +491,18 @@ def build_only(names: Sequence[str], *, with_node: bool = False) -> Path:
         build_prometheus(bin_dir)
     if "registry" in names:
         build_registry(bin_dir)
+    if "otelcol" in names:
+        build_otelcol(bin_dir)
     return bin_dir
 
 
-def build_all(*, with_node: bool, with_helm: bool = False, with_prometheus: bool = False) -> Path:
+def build_all(
+    *,
+    with_node: bool,
+    with_helm: bool = False,
+    with_prometheus: bool = False,
+    with_otelcol: bool = False,
+) -> Path:
     """Build everything that is missing and return the binary directory."""
     bin_dir = versions.bin_dir()
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -410,6 +511,8 @@ def build_all(*, with_node: bool, with_helm: bool = False, with_prometheus: bool
         build_helm(bin_dir)
     if with_prometheus:
         build_prometheus(bin_dir)
+    if with_otelcol:
+        build_otelcol(bin_dir)
     build_etcd(bin_dir)
     build_kwok(bin_dir)
     names = list(versions.KUBERNETES_BINARIES)
@@ -441,6 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also build prometheus and promtool (the dashboards' and alerts' tests)",
     )
     parser.add_argument(
+        "--with-otelcol",
+        action="store_true",
+        help="also build an OpenTelemetry Collector (the tracing tests' trace receiver)",
+    )
+    parser.add_argument(
         "--only",
         action="append",
         choices=COMPONENTS,
@@ -456,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with_node=args.with_node,
                 with_helm=args.with_helm,
                 with_prometheus=args.with_prometheus,
+                with_otelcol=args.with_otelcol,
             )
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -190,6 +190,8 @@ def start_gateway(
     cafile: Path | None = None,
     name: str = "gateway",
     mcp_file_root: str | None = None,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> tuple[ManagedProcess, str]:
     """``agent-sandbox-gateway serve`` as its generated RBAC, once ``/health`` answers.
 
@@ -205,6 +207,8 @@ def start_gateway(
         cafile: CA bundle that verifies the ``tls`` certificate (for the health wait).
         name: Process name, unique per runner (log file ``<name>.log``).
         mcp_file_root: The MCP file tools' root (``--mcp-file-root``); ``/`` if None.
+        extra_args: More ``serve`` flags (e.g. ``--enable-tracing``).
+        env: Extra environment variables (e.g. the ``OTEL_EXPORTER_OTLP_*`` ones).
 
     Returns:
         The process and the gateway's URL.
@@ -223,7 +227,8 @@ def start_gateway(
         tls=tls,
         mcp_file_root=mcp_file_root,
     )
-    process = runner.start_command(argv, identity=identity, name=name)
+    argv += list(extra_args)
+    process = runner.start_command(argv, identity=identity, name=name, env=env)
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     wait_gateway_healthy(
         url, process=process, what=f"{name} /health (caches synced)", cafile=cafile
@@ -304,6 +309,7 @@ def start_controller(
     repo_root: Path,
     flags: Sequence[str] = ("--extensions",),
     metrics_port: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ManagedProcess:
     """``agent-sandbox-controller <flags>`` as its generated RBAC, once ``/readyz`` answers.
 
@@ -314,6 +320,7 @@ def start_controller(
         repo_root: The repository root (for ``manifests/rbac``).
         flags: Its behaviour flags (:func:`documented_controller_flags` of an install).
         metrics_port: Port of ``/metrics`` on 127.0.0.1; a free one when None.
+        env: Extra environment variables (e.g. the ``OTEL_EXPORTER_OTLP_*`` ones).
 
     Returns:
         The controller's process.
@@ -340,7 +347,7 @@ def start_controller(
         f"--metrics-bind-address=127.0.0.1:{metrics_port or free_port()}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
     ]
-    process = runner.start_command(argv, identity=identity, name="controller")
+    process = runner.start_command(argv, identity=identity, name="controller", env=env)
     wait_until(
         lambda: http_status(f"http://127.0.0.1:{health}/readyz") == 200,
         timeout=90,

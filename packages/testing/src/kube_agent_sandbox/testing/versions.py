@@ -27,6 +27,15 @@ PROMETHEUS_MODULE_VERSION = "v0.316.0"
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 PROMETHEUS_BINARIES = ("prometheus", "promtool")
 
+# An OpenTelemetry Collector for the tracing tests: the OTLP receiver (collector core) and the
+# file exporter (collector-contrib), assembled from their Go modules by a few lines of Go (the
+# core distribution otelcorecol has no file exporter and is not published as a module). A
+# contrib release v0.N.x pairs with core v0.N.0 and the stable core modules v1.M.0.
+OTELCOL_VERSION = "v0.165.1"
+OTELCOL_CORE_VERSION = "v0.165.0"
+OTELCOL_CORE_STABLE_VERSION = "v1.71.0"
+OTELCOL_CONTRIB = "github.com/open-telemetry/opentelemetry-collector-contrib"
+
 # The CNCF distribution registry (an OCI registry) for the snapshot tests: images are pushed to
 # and pulled from it over the OCI distribution API, like from any registry an operator runs.
 REGISTRY_VERSION = "v3.1.2"

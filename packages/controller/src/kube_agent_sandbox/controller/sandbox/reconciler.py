@@ -35,6 +35,7 @@ from kube_agent_sandbox.controller.runtime import (
     Reader,
     Request,
     Result,
+    find_condition,
     is_terminating,
     meta,
     name_of,
@@ -76,6 +77,25 @@ def _working_copy(cached: Obj) -> Obj:
     work["metadata"] = copy.deepcopy(cached.get("metadata") or {})
     work["status"] = copy.deepcopy(cached.get("status") or {})
     return work
+
+
+def _is_ready(status: Obj) -> bool:
+    ready = find_condition(status.get("conditions"), c.CONDITION_READY)
+    return ready is not None and ready.get("status") == "True"
+
+
+def _became_ready(old_status: Obj, sandbox: Obj) -> bool:
+    """Ready turned True in this pass (the Pod became Ready, or was adopted Ready)."""
+    return _is_ready(sandbox.get("status") or {}) and not _is_ready(old_status)
+
+
+def _ready_event_attributes(sandbox: Obj) -> dict[str, str]:
+    """Attributes of the ``SandboxReady`` span event (the pod that serves the Sandbox)."""
+    annotations = sandbox.get("metadata", {}).get("annotations") or {}
+    return {
+        "sandbox.name": name_of(sandbox),
+        "pod.Name": str(annotations.get(c.ANNOTATION_POD_NAME) or name_of(sandbox)),
+    }
 
 
 def _span_attributes(sandbox: Obj) -> dict[str, str]:
@@ -290,6 +310,8 @@ class SandboxReconciler:
                 errors.multiple_pods.message,
             )
         self._events.record(this.key, this.cached, this.old_status, this.sandbox)
+        if _became_ready(this.old_status, this.sandbox):
+            self._tracer.add_event("SandboxReady", this.sandbox, _ready_event_attributes)
         if any(error.transient for error in errors.errors):
             raise SandboxReconcileError(errors.text)
         if errors.errors:

@@ -303,8 +303,10 @@ def claim_manifest(
     idempotency_key: str | None,
     now: datetime,
     request_fingerprint: str | None = None,
+    trace_context: str = "",
 ) -> Obj:
-    """The SandboxClaim of a create."""
+    """The SandboxClaim of a create (``trace_context``: the W3C context the controllers
+    continue, with tracing on)."""
     annotations = {
         ANNOTATION_TEMPLATE: spec.template_id,
         ANNOTATION_TIMEOUT: str(spec.timeout),
@@ -320,6 +322,8 @@ def claim_manifest(
         annotations[ANNOTATION_IDEMPOTENCY_KEY] = idempotency_key
     if request_fingerprint:
         annotations[ANNOTATION_IDEMPOTENCY_REQUEST] = request_fingerprint
+    if trace_context:
+        annotations[c.ANNOTATION_TRACE_CONTEXT] = trace_context
     claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
     if not spec.auto_pause:
         claim_spec["lifecycle"] = {
@@ -517,15 +521,22 @@ async def _start(
     now = datetime.now(UTC)
     for _attempt in range(3):
         sandbox_id = new_sandbox_id()
-        claim = claim_manifest(
-            sandbox_id, namespace, pool=pool, spec=spec, idempotency_key=None, now=now
-        )
-        try:
-            created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
-        except ApiError as exc:
-            if exc.already_exists:
-                continue
-            raise ClusterRefused(exc, may_exist=False) from exc
+        with state.tracer.span("create_claim", {"sandbox.claim.name": sandbox_id}):
+            claim = claim_manifest(
+                sandbox_id,
+                namespace,
+                pool=pool,
+                spec=spec,
+                idempotency_key=None,
+                now=now,
+                trace_context=state.tracer.trace_context(),
+            )
+            try:
+                created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
+            except ApiError as exc:
+                if exc.already_exists:
+                    continue
+                raise ClusterRefused(exc, may_exist=False) from exc
         return await _started(state, tenant, spec, created, pool, keep=False, timer=timer)
     raise NoFreeId
 
@@ -559,21 +570,23 @@ async def _start_idempotent(
         if pool is None:
             pool = await _pool(state, namespace, spec)
             timer.mark("resolve")
-        claim = claim_manifest(
-            sandbox_id,
-            namespace,
-            pool=pool,
-            spec=spec,
-            idempotency_key=idem.key,
-            now=datetime.now(UTC),
-            request_fingerprint=idem.fingerprint,
-        )
-        try:
-            created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
-        except ApiError as exc:
-            if exc.already_exists:  # another create with the key (maybe another replica)
-                continue
-            raise ClusterRefused(exc, may_exist=False) from exc
+        with state.tracer.span("create_claim", {"sandbox.claim.name": sandbox_id}):
+            claim = claim_manifest(
+                sandbox_id,
+                namespace,
+                pool=pool,
+                spec=spec,
+                idempotency_key=idem.key,
+                now=datetime.now(UTC),
+                request_fingerprint=idem.fingerprint,
+                trace_context=state.tracer.trace_context(),
+            )
+            try:
+                created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
+            except ApiError as exc:
+                if exc.already_exists:  # another create with the key (maybe another replica)
+                    continue
+                raise ClusterRefused(exc, may_exist=False) from exc
         return await _started(state, tenant, spec, created, pool, keep=True, timer=timer)
     raise StillDeleting(sandbox_id)
 
@@ -608,7 +621,8 @@ async def _started(
     logger.info(
         "tenant %s: creating sandbox %s/%s from pool %s", tenant.key_id, namespace, sandbox_id, pool
     )
-    record = await _wait_ready(state, sandbox_id, namespace, keep=keep)
+    with state.tracer.span("wait_for_claim_ready", {"sandbox.claim.name": sandbox_id}):
+        record = await _wait_ready(state, sandbox_id, namespace, keep=keep)
     timer.mark("ready")
     return record
 
@@ -659,7 +673,15 @@ def _cluster_refusal(exc: ApiError, *, may_exist: bool) -> Response:
 
 
 async def create_sandbox(request: Request, state: GatewayState) -> Response:
-    """Handle a create (both spellings)."""
+    """Handle a create (both spellings), in a server span with tracing on."""
+    attributes = {"http.request.method": request.method, "url.path": request.url.path}
+    with state.tracer.server_span("POST /sandboxes", request.headers, attributes):
+        response = await _create_sandbox(request, state)
+        state.tracer.set_status_code(response.status_code)
+        return response
+
+
+async def _create_sandbox(request: Request, state: GatewayState) -> Response:
     tenant = authenticate(request, state)
     if isinstance(tenant, Response):
         return tenant

@@ -10,7 +10,7 @@ from typing import Any
 
 from kube_agent_sandbox.sdk import builders, readiness
 from kube_agent_sandbox.sdk._async.objects import DEFAULT_READY_TIMEOUT, AsyncObjectCalls, Obj
-from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS
+from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS, TRACE_CONTEXT_ANNOTATION
 
 
 class AsyncClaimCalls(AsyncObjectCalls):
@@ -22,7 +22,15 @@ class AsyncClaimCalls(AsyncObjectCalls):
         """Create a SandboxClaim and return it as created (no wait, not tracked)."""
         ns = self._ns(namespace)
         body = builders.claim_body(warm_pool, namespace=ns, **options)
-        return await self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
+        with self._tracer.span("create_claim", {"sandbox.warm_pool": warm_pool}):
+            trace_context = self._tracer.trace_context()
+            if trace_context:
+                body["metadata"].setdefault("annotations", {})[TRACE_CONTEXT_ANNOTATION] = (
+                    trace_context
+                )
+            created = await self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
+            self._tracer.set_attributes({"sandbox.claim.name": str(created["metadata"]["name"])})
+            return created
 
     async def get_claim(self, name: str, *, namespace: str | None = None) -> Obj:
         """The SandboxClaim object."""

@@ -23,7 +23,7 @@ from kube_agent_sandbox.sdk._async.claims import AsyncClaimCalls
 from kube_agent_sandbox.sdk._async.files import AsyncFileCalls
 from kube_agent_sandbox.sdk._async.objects import DEFAULT_READY_TIMEOUT, Obj
 from kube_agent_sandbox.sdk._async.sandboxes import AsyncSandboxCalls
-from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS, SANDBOXES, TRACE_CONTEXT_ANNOTATION
 from kube_agent_sandbox.sdk.execproto import ExecResult, FileEntry
 
 
@@ -229,12 +229,16 @@ class AsyncSandboxClient(AsyncSandboxCalls, AsyncClaimCalls, AsyncFileCalls):
         )
         ns = self._ns(namespace or body["metadata"].get("namespace"))
         body["metadata"]["namespace"] = ns
-        created = await self._request("POST", SANDBOXES, ns, verb="create", body=body)
-        created_name = str(created["metadata"]["name"])
-        self._track(SANDBOXES, ns, created_name)
-        handle = AsyncSandbox(self, created_name, namespace=ns)
-        if wait:
-            await self.wait_ready(created_name, namespace=ns, timeout=timeout)
+        with self._tracer.span("create_sandbox"):
+            _annotate_trace_context(body, self._tracer.trace_context())
+            created = await self._request("POST", SANDBOXES, ns, verb="create", body=body)
+            created_name = str(created["metadata"]["name"])
+            self._tracer.set_attributes({"sandbox.name": created_name})
+            self._track(SANDBOXES, ns, created_name)
+            handle = AsyncSandbox(self, created_name, namespace=ns)
+            if wait:
+                with self._tracer.span("wait_for_sandbox_ready"):
+                    await self.wait_ready(created_name, namespace=ns, timeout=timeout)
         return handle
 
     async def claim_sandbox(
@@ -269,15 +273,32 @@ class AsyncSandboxClient(AsyncSandboxCalls, AsyncClaimCalls, AsyncFileCalls):
         """
         ns = self._ns(namespace)
         body = builders.claim_body(warm_pool, namespace=ns, **options)
-        created = await self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
-        name = str(created["metadata"]["name"])
-        self._track(SANDBOX_CLAIMS, ns, name)
-        if not wait:
-            return AsyncSandbox(self, name, namespace=ns, claim_name=name)
-        try:
-            claim = await self.wait_claim_ready(name, namespace=ns, timeout=timeout)
-        except BaseException:
-            await self._delete(SANDBOX_CLAIMS, name, namespace=ns, missing_ok=True)
-            raise
-        bound = readiness.bound_sandbox_name(claim) or name
+        with self._tracer.span("claim_sandbox", {"sandbox.warm_pool": warm_pool}):
+            with self._tracer.span("create_claim"):
+                _annotate_trace_context(body, self._tracer.trace_context())
+                created = await self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
+                name = str(created["metadata"]["name"])
+                self._tracer.set_attributes({"sandbox.claim.name": name})
+            self._track(SANDBOX_CLAIMS, ns, name)
+            if not wait:
+                return AsyncSandbox(self, name, namespace=ns, claim_name=name)
+            try:
+                with self._tracer.span("wait_for_claim_ready", {"sandbox.claim.name": name}):
+                    claim = await self.wait_claim_ready(name, namespace=ns, timeout=timeout)
+            except BaseException:
+                await self._delete(SANDBOX_CLAIMS, name, namespace=ns, missing_ok=True)
+                raise
+            bound = readiness.bound_sandbox_name(claim) or name
+            self._tracer.set_attributes({"sandbox.name": bound})
         return AsyncSandbox(self, bound, namespace=ns, claim_name=name)
+
+
+def _annotate_trace_context(body: Obj, trace_context: str) -> None:
+    """Write the W3C context (tracing on) into the ``opentelemetry.io/trace-context``
+    annotation of the object about to be created, where its controller continues the trace."""
+    if trace_context:
+        meta = body.setdefault("metadata", {})
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            TRACE_CONTEXT_ANNOTATION: trace_context,
+        }

@@ -11,7 +11,7 @@ from typing import Any
 
 from kube_agent_sandbox.sdk import builders, readiness
 from kube_agent_sandbox.sdk._sync.objects import DEFAULT_READY_TIMEOUT, Obj, ObjectCalls
-from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS
+from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS, TRACE_CONTEXT_ANNOTATION
 
 
 class ClaimCalls(ObjectCalls):
@@ -21,7 +21,15 @@ class ClaimCalls(ObjectCalls):
         """Create a SandboxClaim and return it as created (no wait, not tracked)."""
         ns = self._ns(namespace)
         body = builders.claim_body(warm_pool, namespace=ns, **options)
-        return self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
+        with self._tracer.span("create_claim", {"sandbox.warm_pool": warm_pool}):
+            trace_context = self._tracer.trace_context()
+            if trace_context:
+                body["metadata"].setdefault("annotations", {})[TRACE_CONTEXT_ANNOTATION] = (
+                    trace_context
+                )
+            created = self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
+            self._tracer.set_attributes({"sandbox.claim.name": str(created["metadata"]["name"])})
+            return created
 
     def get_claim(self, name: str, *, namespace: str | None = None) -> Obj:
         """The SandboxClaim object."""

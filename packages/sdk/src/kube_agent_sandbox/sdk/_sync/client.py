@@ -24,7 +24,7 @@ from kube_agent_sandbox.sdk._sync.claims import ClaimCalls
 from kube_agent_sandbox.sdk._sync.files import FileCalls
 from kube_agent_sandbox.sdk._sync.objects import DEFAULT_READY_TIMEOUT, Obj
 from kube_agent_sandbox.sdk._sync.sandboxes import SandboxCalls
-from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS, SANDBOXES, TRACE_CONTEXT_ANNOTATION
 from kube_agent_sandbox.sdk.execproto import ExecResult, FileEntry
 
 
@@ -224,12 +224,16 @@ class SandboxClient(SandboxCalls, ClaimCalls, FileCalls):
         )
         ns = self._ns(namespace or body["metadata"].get("namespace"))
         body["metadata"]["namespace"] = ns
-        created = self._request("POST", SANDBOXES, ns, verb="create", body=body)
-        created_name = str(created["metadata"]["name"])
-        self._track(SANDBOXES, ns, created_name)
-        handle = Sandbox(self, created_name, namespace=ns)
-        if wait:
-            self.wait_ready(created_name, namespace=ns, timeout=timeout)
+        with self._tracer.span("create_sandbox"):
+            _annotate_trace_context(body, self._tracer.trace_context())
+            created = self._request("POST", SANDBOXES, ns, verb="create", body=body)
+            created_name = str(created["metadata"]["name"])
+            self._tracer.set_attributes({"sandbox.name": created_name})
+            self._track(SANDBOXES, ns, created_name)
+            handle = Sandbox(self, created_name, namespace=ns)
+            if wait:
+                with self._tracer.span("wait_for_sandbox_ready"):
+                    self.wait_ready(created_name, namespace=ns, timeout=timeout)
         return handle
 
     def claim_sandbox(
@@ -264,15 +268,32 @@ class SandboxClient(SandboxCalls, ClaimCalls, FileCalls):
         """
         ns = self._ns(namespace)
         body = builders.claim_body(warm_pool, namespace=ns, **options)
-        created = self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
-        name = str(created["metadata"]["name"])
-        self._track(SANDBOX_CLAIMS, ns, name)
-        if not wait:
-            return Sandbox(self, name, namespace=ns, claim_name=name)
-        try:
-            claim = self.wait_claim_ready(name, namespace=ns, timeout=timeout)
-        except BaseException:
-            self._delete(SANDBOX_CLAIMS, name, namespace=ns, missing_ok=True)
-            raise
-        bound = readiness.bound_sandbox_name(claim) or name
+        with self._tracer.span("claim_sandbox", {"sandbox.warm_pool": warm_pool}):
+            with self._tracer.span("create_claim"):
+                _annotate_trace_context(body, self._tracer.trace_context())
+                created = self._request("POST", SANDBOX_CLAIMS, ns, verb="create", body=body)
+                name = str(created["metadata"]["name"])
+                self._tracer.set_attributes({"sandbox.claim.name": name})
+            self._track(SANDBOX_CLAIMS, ns, name)
+            if not wait:
+                return Sandbox(self, name, namespace=ns, claim_name=name)
+            try:
+                with self._tracer.span("wait_for_claim_ready", {"sandbox.claim.name": name}):
+                    claim = self.wait_claim_ready(name, namespace=ns, timeout=timeout)
+            except BaseException:
+                self._delete(SANDBOX_CLAIMS, name, namespace=ns, missing_ok=True)
+                raise
+            bound = readiness.bound_sandbox_name(claim) or name
+            self._tracer.set_attributes({"sandbox.name": bound})
         return Sandbox(self, bound, namespace=ns, claim_name=name)
+
+
+def _annotate_trace_context(body: Obj, trace_context: str) -> None:
+    """Write the W3C context (tracing on) into the ``opentelemetry.io/trace-context``
+    annotation of the object about to be created, where its controller continues the trace."""
+    if trace_context:
+        meta = body.setdefault("metadata", {})
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            TRACE_CONTEXT_ANNOTATION: trace_context,
+        }

@@ -27,6 +27,7 @@ from kube_agent_sandbox.sdk.errors import (
     SandboxTimeoutError,
 )
 from kube_agent_sandbox.sdk.paths import resource_label, resource_path
+from kube_agent_sandbox.sdk.tracing import SandboxTracerConfig, tracer_for
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,10 @@ class ObjectCalls:
         namespace: str | None = None,
         context: str | None = None,
         timeout: float = 30.0,
+        tracer_config: SandboxTracerConfig | None = None,
     ) -> None:
         self._config = config
+        self._tracer = tracer_for(tracer_config)
         self._context = context
         self._namespace = namespace
         self._timeout = timeout
