@@ -16,6 +16,10 @@ without containers):
   SandboxTemplate plus a one-member SandboxWarmPool for each E2B template the scenario uses
   (``base``, ``code-interpreter-v1``).
 
+``hostname_gateway`` adds a second gateway of that stack serving HTTPS with
+``--domain=sandbox.test``, a test CA and a wildcard tunnel (the offline stand-in for DNS), for
+the clients configured with a domain only.
+
 ``e2b_python`` gives the interpreter of a virtualenv holding one release of the real SDK: the
 workspace's own (newest) or the oldest supported, installed with ``uv`` into
 ``~/.cache/agent-sandbox/e2b-clients/<version>/`` and reused from there.
@@ -53,9 +57,11 @@ from kube_agent_sandbox.testing.gateway import (
     wait_warm_pool_ready,
     warm_template,
 )
+from kube_agent_sandbox.testing.pki import CertificateAuthority
 from kube_agent_sandbox.testing.plugin import namespace_name, unavailable
 from kube_agent_sandbox.testing.probes import free_port
 from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
+from kube_agent_sandbox.testing.wildcard_tunnel import WildcardTunnel
 
 REPO = Path(__file__).resolve().parents[4]
 TEMPLATES = ("base", "code-interpreter-v1")
@@ -63,6 +69,8 @@ OLD_SDK = "2.45.1"
 # The newest e2b-code-interpreter that accepts e2b 2.45.x (2.11 needs e2b >= 2.55.1).
 OLD_CODE_INTERPRETER = "2.10.0"
 CLIENTS_CACHE = Path.home() / ".cache" / "agent-sandbox" / "e2b-clients"
+HOSTNAME_DOMAIN = "sandbox.test"
+"""The wildcard domain of :func:`hostname_gateway`."""
 
 
 @dataclass
@@ -186,6 +194,61 @@ def gateway_stack(
         runner.close()
         for name in (namespace, other):
             cluster.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
+@dataclass
+class HostnameGateway:
+    """The HTTPS gateway with a wildcard domain, and what a client needs to reach it."""
+
+    url: str
+    ca_file: Path
+    tunnel: WildcardTunnel
+    process: ManagedProcess
+    domain: str = HOSTNAME_DOMAIN
+
+
+@pytest.fixture(scope="session")
+def hostname_gateway(
+    gateway_stack: GatewayStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostnameGateway]:
+    """``agent-sandbox-gateway serve --domain=sandbox.test --tls-*`` plus the tunnel to it.
+
+    A second gateway of the session's stack, serving HTTPS itself, for the clients configured
+    with a domain only (``test_e2b_hostnames.py``, the JavaScript SDK's ``domain`` case).
+    """
+    workdir = tmp_path_factory.mktemp("gateway-tls")
+    ca = CertificateAuthority("gateway-acceptance-ca")
+    ca_file = workdir / "ca.crt"
+    ca_file.write_bytes(ca.key_pair.cert_pem)
+    serving = ca.issue_serving(
+        "agent-sandbox-gateway",
+        dns_names=[f"*.{HOSTNAME_DOMAIN}", HOSTNAME_DOMAIN],
+        ip_addresses=["127.0.0.1"],
+    )
+    cert, key = serving.write(workdir, "gateway")
+    process, url = start_gateway(
+        gateway_stack.runner,
+        namespace=gateway_stack.namespace,
+        workdir=workdir,
+        pod_address_override="127.0.0.1",
+        port_map=gateway_stack.port_map,
+        domain=HOSTNAME_DOMAIN,
+        tls=(cert, key),
+        cafile=ca_file,
+        name="gateway-tls",
+    )
+    gateway_stack.extra_logs.append(process)
+    assert url.startswith("https://127.0.0.1:")
+    # TLS is really on: plain HTTP and an unknown CA both fail; the control plane answers.
+    assert http_status(url.replace("https://", "http://") + "/health") == 0
+    assert http_status(f"{url}/health") == 0
+    assert http_status(f"{url}/v2/sandboxes", cafile=ca_file) == 401
+    with WildcardTunnel(domain=HOSTNAME_DOMAIN, target_port=int(url.rsplit(":", 1)[1])) as tunnel:
+        try:
+            yield HostnameGateway(url=url, ca_file=ca_file, tunnel=tunnel, process=process)
+        finally:
+            gateway_stack.extra_logs.remove(process)
+            process.stop()
 
 
 def _old_sdk_python() -> Path:

@@ -2,7 +2,8 @@
 
 Without ``sandbox_url`` (deprecated since e2b 2.63.0) the SDK calls ``https://api.<domain>``
 and ``https://<port>-<sandboxID>.<domain>``, the ``domain`` coming from the create response.
-A second gateway of the session's stack serves HTTPS itself (``--tls-cert-file``,
+A second gateway of the session's stack (``hostname_gateway`` of conftest.py, shared with the
+JavaScript SDK's domain case) serves HTTPS itself (``--tls-cert-file``,
 ``--tls-key-file``) with ``--domain=sandbox.test``; ``e2b_hostname_scenario.py`` (create,
 commands, files, kill, and ``run_code`` on port 49999's host name) runs under each SDK release
 (the workspace's newest and 2.45.1) with ``E2B_DOMAIN`` and ``E2B_API_KEY`` only. Offline
@@ -26,17 +27,10 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from kube_agent_sandbox.testing.gateway import http_status, start_gateway
-from kube_agent_sandbox.testing.pki import CertificateAuthority
-from kube_agent_sandbox.testing.processes import ManagedProcess
-from kube_agent_sandbox.testing.wildcard_tunnel import WildcardTunnel
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -45,62 +39,13 @@ DOMAIN = "sandbox.test"
 SANDBOX_ID = re.compile(r"^[a-z0-9]{20}$")
 
 
-@dataclass
-class HostnameGateway:
-    """The HTTPS gateway with a wildcard domain, and what a client needs to reach it."""
-
-    url: str
-    ca_file: Path
-    tunnel: WildcardTunnel
-    process: ManagedProcess
-
-
-@pytest.fixture(scope="module")
-def hostname_gateway(
-    gateway_stack: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[HostnameGateway]:
-    """``agent-sandbox-gateway serve --domain=sandbox.test --tls-*`` plus the tunnel to it."""
-    workdir = tmp_path_factory.mktemp("gateway-tls")
-    ca = CertificateAuthority("gateway-acceptance-ca")
-    ca_file = workdir / "ca.crt"
-    ca_file.write_bytes(ca.key_pair.cert_pem)
-    serving = ca.issue_serving(
-        "agent-sandbox-gateway",
-        dns_names=[f"*.{DOMAIN}", DOMAIN],
-        ip_addresses=["127.0.0.1"],
-    )
-    cert, key = serving.write(workdir, "gateway")
-    process, url = start_gateway(
-        gateway_stack.runner,
-        namespace=gateway_stack.namespace,
-        workdir=workdir,
-        pod_address_override="127.0.0.1",
-        port_map=gateway_stack.port_map,
-        domain=DOMAIN,
-        tls=(cert, key),
-        cafile=ca_file,
-        name="gateway-tls",
-    )
-    gateway_stack.extra_logs.append(process)
-    assert url.startswith("https://127.0.0.1:")
-    # TLS is really on: plain HTTP and an unknown CA both fail; the control plane answers.
-    assert http_status(url.replace("https://", "http://") + "/health") == 0
-    assert http_status(f"{url}/health") == 0
-    assert http_status(f"{url}/v2/sandboxes", cafile=ca_file) == 401
-    with WildcardTunnel(domain=DOMAIN, target_port=int(url.rsplit(":", 1)[1])) as tunnel:
-        try:
-            yield HostnameGateway(url=url, ca_file=ca_file, tunnel=tunnel, process=process)
-        finally:
-            gateway_stack.extra_logs.remove(process)
-            process.stop()
-
-
 @pytest.fixture(scope="module")
 def scenario(
-    gateway_stack: Any, hostname_gateway: HostnameGateway, e2b_python: tuple[str, Path]
+    gateway_stack: Any, hostname_gateway: Any, e2b_python: tuple[str, Path]
 ) -> dict[str, Any]:
     """Run the hostname scenario with one SDK release; its JSON report plus the tunnel log."""
     version, python = e2b_python
+    assert hostname_gateway.domain == DOMAIN
     gateway_stack.fresh_sandboxd()
     before = len(hostname_gateway.tunnel.connects)
     env = {

@@ -20,14 +20,23 @@ CACHE = Path.home() / ".cache" / "agent-sandbox"
 """Where the installs live (one folder per package and version, kept between runs)."""
 
 
-def npm_package(root: Path, package: str, version: str, *, module: bool = False) -> Path:
+def npm_package(
+    root: Path,
+    package: str,
+    version: str,
+    *,
+    module: bool = False,
+    also: dict[str, str] | None = None,
+) -> Path:
     """A folder whose ``node_modules`` holds ``package@version``, installed on first use.
 
     Args:
-        root: The folder (emptied and reinstalled when the package is missing from it).
+        root: The folder (emptied and reinstalled when a package is missing from it).
         package: The npm package name.
         version: The exact version.
         module: Mark the folder's ``package.json`` as ``"type": "module"`` (ES modules).
+        also: More packages (name to exact version) installed with it in the same
+            ``npm install``, e.g. a pinned version of one of its dependencies.
 
     Returns:
         ``root``.
@@ -37,7 +46,8 @@ def npm_package(root: Path, package: str, version: str, *, module: bool = False)
     npm = shutil.which("npm")
     if npm is None:
         unavailable(f"npm is needed to install {package} (scripts/setup.sh installs it)")
-    if (root / "node_modules" / package / "package.json").is_file():
+    wanted = {package: version, **(also or {})}
+    if all((root / "node_modules" / name / "package.json").is_file() for name in wanted):
         return root
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -46,7 +56,7 @@ def npm_package(root: Path, package: str, version: str, *, module: bool = False)
         manifest["type"] = "module"
     (root / "package.json").write_text(json.dumps(manifest))
     result = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", f"{package}@{version}"],
+        [npm, "install", "--no-audit", "--no-fund", *(f"{n}@{v}" for n, v in wanted.items())],
         cwd=root,
         capture_output=True,
         text=True,
@@ -55,5 +65,6 @@ def npm_package(root: Path, package: str, version: str, *, module: bool = False)
     )
     if result.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
-        unavailable(f"npm could not install {package}@{version}: {result.stderr[-2000:]}")
+        specs = " ".join(f"{n}@{v}" for n, v in wanted.items())
+        unavailable(f"npm could not install {specs}: {result.stderr[-2000:]}")
     return root
