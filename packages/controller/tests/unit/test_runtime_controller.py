@@ -13,6 +13,7 @@ from kube_agent_sandbox.controller.runtime import (
     Informer,
     ItemExponentialBackoff,
     Obj,
+    ReconcileError,
     Request,
     Resource,
     Result,
@@ -313,6 +314,57 @@ async def test_the_object_deleted_during_its_reconcile_ends_the_work_without_an_
     assert len(ctrl.queue) == 0
     assert ctrl.queue.num_requeues(req) == 0
     assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 0
+
+
+def _wrapped(cause: ApiError, *, implicit: bool = False) -> Exception:
+    """A reconciler's own error carrying ``cause`` (as its cause, or only as its context)."""
+    wrapper = ReconcileError(f"failed to patch: {cause}")
+    if implicit:
+        wrapper.__context__ = cause
+    else:
+        wrapper.__cause__ = cause
+    return wrapper
+
+
+async def test_a_wrapped_not_found_of_the_object_itself_ends_the_work() -> None:
+    metrics = RuntimeMetrics()
+    rec = ScriptedReconciler()
+    ctrl = make(rec, metrics)
+    req = Request("ns", "p")
+    rec.outcomes[req] = [_wrapped(_not_found("example.com", "parents", "p"))]
+    await run_one(ctrl, rec, req)
+    assert ctrl.queue.num_requeues(req) == 0
+    assert len(ctrl.queue) == 0
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 0
+
+
+async def test_a_wrapped_namespace_terminating_ends_the_work() -> None:
+    metrics = RuntimeMetrics()
+    rec = ScriptedReconciler()
+    ctrl = make(rec, metrics)
+    req = Request("ns", "p")
+    rec.outcomes[req] = [_wrapped(_namespace_terminating())]
+    await run_one(ctrl, rec, req)
+    assert ctrl.queue.num_requeues(req) == 0
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 0
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _wrapped(_not_found("", "configmaps", "p")),  # a dependent's 404, wrapped
+        _wrapped(_not_found("example.com", "parents", "p"), implicit=True),  # context, not cause
+    ],
+)
+async def test_wrapped_errors_that_do_not_end_the_work_are_retried(error: Exception) -> None:
+    metrics = RuntimeMetrics()
+    rec = ScriptedReconciler()
+    ctrl = make(rec, metrics)
+    req = Request("ns", "p")
+    rec.outcomes[req] = [error]
+    await run_one(ctrl, rec, req)
+    assert ctrl.queue.num_requeues(req) == 1
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", controller="parent") == 1
 
 
 @pytest.mark.parametrize(

@@ -330,6 +330,27 @@ class Controller:
                 "Reconciler error (permanent), retrying in %.0fs: %s", delay, exc, extra=extra
             )
 
+    def _work_ended(self, req: Request, exc: BaseException) -> tuple[str, str] | None:
+        """Why a failed pass is nonetheless done, from the error or its explicit causes.
+
+        Returns:
+            ``(why, API message)`` when an API error in the chain says there is nothing left to
+            do: the namespace is terminating, or the reconciled object itself was deleted during
+            the pass (controller-runtime's IgnoreNotFound; its delete event brings a reconcile
+            that finds it gone); None otherwise.
+        """
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            if isinstance(current, ApiError):
+                if current.namespace_terminating:
+                    return "namespace is terminating", current.message
+                if current.is_not_found_of(self.for_resource, req.name):
+                    return "object was deleted during the reconcile", current.message
+            current = current.__cause__
+        return None
+
     async def reconcile_one(self, req: Request) -> None:
         """Reconcile one request and requeue it as the outcome asks (never raises)."""
         started = time.monotonic()
@@ -338,32 +359,23 @@ class Controller:
             if not isinstance(result, Result):
                 # handled here, as an error: raised from the else branch it would end the worker
                 raise TypeError(f"reconciler returned {result!r}, not a Result")
-        except ApiError as exc:
-            if exc.namespace_terminating:
-                # Its namespace is going away with everything in it: done, not an error.
-                why = "namespace is terminating"
-            elif exc.is_not_found_of(self.for_resource, req.name):
-                # The object itself was deleted during the pass; its delete event brings a
-                # reconcile that finds it gone (controller-runtime's IgnoreNotFound).
-                why = "object was deleted during the reconcile"
-            else:
-                self._reconcile_failed(req, exc)
-                return
-            self.queue.forget(req)
-            self._m_result["success"].inc()
-            logger.info(
-                "%s, nothing more to do: %s",
-                why,
-                exc.message,
-                extra={"controller": self.name, "request": str(req)},
-            )
         except (asyncio.CancelledError, Exception) as exc:
             task = asyncio.current_task()
             if isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling()):
                 raise  # this worker is being stopped
             # (a CancelledError of some awaited task that was cancelled by someone else is a
             # transient error of this reconcile: retried, and it must not end the worker)
-            self._reconcile_failed(req, exc)
+            ended = self._work_ended(req, exc)
+            if ended is None:
+                self._reconcile_failed(req, exc)
+                return
+            self.queue.forget(req)
+            self._m_result["success"].inc()
+            logger.info(
+                "%s, nothing more to do: %s",
+                *ended,
+                extra={"controller": self.name, "request": str(req)},
+            )
         else:
             if result.requeue_after is not None and result.requeue_after > 0:
                 self.queue.forget(req)

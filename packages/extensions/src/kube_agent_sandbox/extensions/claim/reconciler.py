@@ -261,6 +261,7 @@ class ClaimReconciler:
             if exc.namespace_terminating:
                 raise
             error = ReconcilerError(str(exc))
+            error.__cause__ = exc  # a 404 of the claim itself ends the work in the runtime
         try:
             await flush_annotations(ctx, work)
         except ClaimError as exc:
