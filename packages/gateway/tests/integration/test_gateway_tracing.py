@@ -156,10 +156,21 @@ def test_one_trace_from_an_e2b_create_through_the_gateway_to_the_ready_pod(
     trace_id, app_span = result["trace"], result["span"]
     sandbox_id = result["sandbox"].split("-")[0]
 
+    # Each process exports in its own batches, so wait for every part of the trace, not only
+    # the controller's last span: the gateway's request span may arrive after it.
+    wanted = {
+        ("e2b-app", "app.create_sandbox"),
+        ("agent-sandbox-gateway", "POST /sandboxes"),
+        ("agent-sandbox-gateway", "create_claim"),
+        ("agent-sandbox-gateway", "wait_for_claim_ready"),
+        ("agent-sandbox-controller", "ReconcileSandboxClaim"),
+    }
+
     def whole(spans: list[ExportedSpan]) -> bool:
-        return any(
-            s.trace_id == trace_id and s.name == "ReconcileSandbox" and "SandboxReady" in s.events
-            for s in spans
+        in_trace = [s for s in spans if s.trace_id == trace_id]
+        seen = {(s.service, s.name) for s in in_trace}
+        return wanted <= seen and any(
+            s.name == "ReconcileSandbox" and "SandboxReady" in s.events for s in in_trace
         )
 
     spans = _wait_for(collector, whole)
