@@ -406,6 +406,32 @@ class TestReconcilePod:
             "Sandbox is suspending",
         )
 
+    async def test_an_annotation_naming_the_sandbox_itself_is_kept_while_its_pod_is_created(
+        self,
+    ) -> None:
+        """Pools and claims create Sandboxes that already name their future Pod: no
+        clear-then-set pair of Sandbox patches (upstream makes both)."""
+        cluster = FakeCluster()
+        cluster.add(SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "sandbox-name"}))
+        await _reconcile(cluster)
+        assert cluster.obj(PODS, "sandbox-name") is not None
+        assert [w for w in cluster.writes(SANDBOXES) if w.subresource != "status"] == []
+        annotations = cluster.obj(SANDBOXES, "sandbox-name")["metadata"]["annotations"]  # type: ignore[index]
+        assert annotations == {c.ANNOTATION_POD_NAME: "sandbox-name"}
+
+    async def test_a_suspended_sandbox_without_a_pod_drops_an_annotation_naming_itself(
+        self,
+    ) -> None:
+        cluster = FakeCluster()
+        cluster.add(
+            SANDBOXES,
+            make_sandbox(mode="Suspended", annotations={c.ANNOTATION_POD_NAME: "sandbox-name"}),
+        )
+        await _reconcile(cluster)
+        assert cluster.obj(PODS, "sandbox-name") is None
+        annotations = cluster.obj(SANDBOXES, "sandbox-name")["metadata"].get("annotations") or {}  # type: ignore[index]
+        assert c.ANNOTATION_POD_NAME not in annotations
+
     async def test_missing_annotated_pod_clears_annotation_and_recreates(self) -> None:
         cluster = FakeCluster()
         cluster.add(SANDBOXES, make_sandbox(annotations={c.ANNOTATION_POD_NAME: "vanished"}))

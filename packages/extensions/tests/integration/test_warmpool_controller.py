@@ -132,7 +132,8 @@ class TestWarmPool:
         for sb in members:
             m = sb["metadata"]
             assert re.fullmatch(r"pool-[a-z0-9]{5}", m["name"]), m["name"]
-            assert m["generateName"] == "pool-"
+            # named by the pool like generateName would, its Pod's name recorded from the start
+            assert m["annotations"][c.ANNOTATION_POD_NAME] == m["name"]
             labels = m["labels"]
             assert labels[c.LABEL_WARM_POOL_SANDBOX] == name_hash("pool")
             assert labels[c.LABEL_SANDBOX_TEMPLATE_REF_HASH] == name_hash("tpl")

@@ -39,6 +39,11 @@ async def test_cold_create_builds_sandbox_and_reports_not_ready() -> None:
         c.LABEL_SANDBOX_TEMPLATE_REF_HASH: name_hash("tmpl"),
     }
     assert sandbox["metadata"]["ownerReferences"][0]["uid"] == claim["metadata"]["uid"]
+    # its Pod will be named like it: written now, the Sandbox controller has nothing to add
+    assert sandbox["metadata"]["annotations"] == {
+        c.ANNOTATION_SANDBOX_TEMPLATE_REF: "tmpl",
+        c.ANNOTATION_POD_NAME: "claim",
+    }
     assert sandbox["spec"]["podTemplate"]["spec"]["automountServiceAccountToken"] is False
     assert sandbox["spec"]["podTemplate"]["spec"]["dnsPolicy"] == "None"
     stored = w.get(SANDBOX_CLAIMS, "claim")

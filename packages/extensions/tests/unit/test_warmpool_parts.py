@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import random
+import re
 from typing import Any
 
 import pytest
@@ -29,7 +31,7 @@ from kube_agent_sandbox.extensions.common.blueprint import (
 from kube_agent_sandbox.extensions.common.ownership import controller_ref_to
 from kube_agent_sandbox.extensions.warmpool import setup as wp_setup
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
-from kube_agent_sandbox.extensions.warmpool.blueprint import build_member, hashes_of
+from kube_agent_sandbox.extensions.warmpool.blueprint import build_member, hashes_of, named_member
 from kube_agent_sandbox.extensions.warmpool.indexes import (
     TEMPLATE_REF_INDEX,
     member_index,
@@ -219,6 +221,36 @@ def test_member_blueprint_is_exactly_the_spec() -> None:
         },
         "service": True,
     }
+
+
+def test_a_named_member_looks_generated_and_names_its_pod() -> None:
+    template = template_obj()
+    member = build_member(_pool(), template, hashes=hashes_of(template), enable_eviction=False)
+    named = named_member(member, rng=random.Random(7))
+    m = named["metadata"]
+    assert re.fullmatch(rf"{POOL}-[bcdfghjklmnpqrstvwxz2456789]{{5}}", m["name"])
+    assert "generateName" not in m
+    assert m["annotations"] == {
+        c.ANNOTATION_SANDBOX_TEMPLATE_REF: TEMPLATE,
+        c.ANNOTATION_POD_NAME: m["name"],
+    }
+    assert {k: v for k, v in m.items() if k not in ("name", "annotations")} == {
+        k: v for k, v in member["metadata"].items() if k not in ("generateName", "annotations")
+    }
+    assert named["spec"] == member["spec"]
+    assert member["metadata"]["generateName"] == f"{POOL}-"  # the blueprint is not changed
+    assert c.ANNOTATION_POD_NAME not in member["metadata"]["annotations"]
+
+
+def test_named_members_draw_new_names_and_fit_a_name_when_the_pool_name_is_long() -> None:
+    long_pool = {**_pool(), "metadata": {**_pool()["metadata"], "name": "p" * 63}}
+    template = template_obj()
+    member = build_member(long_pool, template, hashes=hashes_of(template), enable_eviction=False)
+    rng = random.Random(1)
+    names = {named_member(member, rng=rng)["metadata"]["name"] for _ in range(50)}
+    assert len(names) == 50
+    assert {len(n) for n in names} == {63}  # the API server's generateName cuts the prefix to 58
+    assert all(n.startswith("p" * 58) for n in names)
     assert member["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert blueprint_matches(template, member["spec"])
 

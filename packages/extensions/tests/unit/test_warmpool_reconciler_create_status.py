@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import re
 
 import pytest
 from warmpool_harness import POOL, TEMPLATE, World, pool_hash, template_obj
@@ -126,12 +127,16 @@ async def test_created_members_have_the_spec_shape() -> None:
     await world.reconcile()
     (member,) = world.members()
     m = member["metadata"]
-    assert m["generateName"] == f"{POOL}-"
-    assert m["name"].startswith(f"{POOL}-")
+    # named like generateName would, and saying so in the pod-name annotation from the start
+    assert "generateName" not in m
+    assert re.fullmatch(rf"{POOL}-[bcdfghjklmnpqrstvwxz2456789]{{5}}", m["name"])
     assert m["labels"][c.LABEL_WARM_POOL_SANDBOX] == pool_hash()
     assert m["labels"][c.LABEL_LAUNCH_TYPE] == "warm"
     assert m["labels"][c.LABEL_CREATED_BY] == "controller"
-    assert m["annotations"] == {c.ANNOTATION_SANDBOX_TEMPLATE_REF: TEMPLATE}
+    assert m["annotations"] == {
+        c.ANNOTATION_SANDBOX_TEMPLATE_REF: TEMPLATE,
+        c.ANNOTATION_POD_NAME: m["name"],
+    }
     (ref,) = m["ownerReferences"]
     assert ref["kind"] == "SandboxWarmPool"
     assert ref["controller"] is True

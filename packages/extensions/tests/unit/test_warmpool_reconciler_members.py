@@ -4,6 +4,7 @@ members, scale down, stuck and unschedulable members, refill shaping and unusual
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import pytest
 from warmpool_harness import NS, POOL, World, stamp, template_obj
@@ -12,6 +13,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_WARM_POOLS, SANDBOXES
 from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
+from kube_agent_sandbox.extensions.warmpool import blueprint
 from kube_agent_sandbox.extensions.warmpool.reconciler import (
     EXPECTATIONS_REQUEUE,
     WarmPoolReconcileError,
@@ -369,6 +371,22 @@ async def test_a_generated_name_collision_is_retried() -> None:
     assert world.create_calls() == 3
     assert world.creates() == 2
     assert len(world.members()) == 2
+
+
+async def test_a_drawn_name_taken_by_another_sandbox_is_drawn_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool names members itself; a name already in use leaves that Sandbox alone."""
+    first = random.Random(3).choices(blueprint._SUFFIX_ALPHABET, k=5)
+    taken = f"{POOL}-{''.join(first)}"
+    monkeypatch.setattr(blueprint, "_names", random.Random(3))
+    world = World(replicas=1)
+    before = world.api.add(SANDBOXES, {"metadata": {"name": taken, "namespace": NS}, "spec": {}})
+    await world.reconcile()
+    assert world.create_calls() == 2
+    (member,) = [m for m in world.members() if m["metadata"]["name"] != taken]
+    assert member["metadata"]["annotations"][c.ANNOTATION_POD_NAME] == member["metadata"]["name"]
+    assert world.api.obj(SANDBOXES, taken) == before
 
 
 async def test_repeated_name_collisions_fail_the_create() -> None:

@@ -80,7 +80,7 @@ async def reconcile_pod(
     namespace = namespace_of(sandbox)
     owned = [p for p in _pod_candidates(ctx, namespace, name_hash) if is_owned_by(p, sandbox)]
     pod = ctx.pods.get(namespace, resolve_pod_name(sandbox))
-    if pod is None:
+    if pod is None and not _names_its_own_pod(sandbox):
         await _clear_pod_name_annotation(ctx, sandbox)
     if (
         pod is not None
@@ -101,6 +101,21 @@ async def reconcile_pod(
         await _reconcile_existing_pod(ctx, sandbox, pod, name_hash, seen, deferral=deferral)
     else:
         await _create_pod(ctx, sandbox, name_hash, seen, deferral=deferral)
+
+
+def _names_its_own_pod(sandbox: Obj) -> bool:
+    """Whether a running Sandbox's pod-name annotation names the Pod it is about to create.
+
+    Upstream clears the annotation whenever the named Pod is missing and sets it again right
+    after creating the Pod. When the annotation already names the Sandbox itself (the warm pool
+    and the claim controller write it so at creation), that is two writes that change nothing:
+    the name resolves to the same Pod either way. A suspended Sandbox still loses it.
+    """
+    annotations = meta(sandbox).get("annotations") or {}
+    return (
+        annotations.get(c.ANNOTATION_POD_NAME) == name_of(sandbox)
+        and sandbox.get("spec", {}).get("operatingMode") != c.OPERATING_MODE_SUSPENDED
+    )
 
 
 def _pod_candidates(ctx: StepContext, namespace: str, name_hash: str) -> list[Obj]:

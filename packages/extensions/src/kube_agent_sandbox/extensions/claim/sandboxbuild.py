@@ -164,7 +164,10 @@ def build_cold_sandbox(claim: Obj, template: Obj) -> Obj:
     labels: dict[str, Any] = {}
     set_claim_labels(labels, claim, template_name=template_name)
     labels[c.LABEL_LAUNCH_TYPE] = c.LAUNCH_TYPE_COLD
-    annotations = {c.ANNOTATION_SANDBOX_TEMPLATE_REF: template_name}
+    name = str(claim_meta.get("name", ""))
+    # The Pod will be named like the Sandbox: saying so now saves the Sandbox controller the
+    # annotation write it makes after creating the Pod (it keeps an annotation naming itself).
+    annotations = {c.ANNOTATION_SANDBOX_TEMPLATE_REF: template_name, c.ANNOTATION_POD_NAME: name}
     trace = (claim_meta.get("annotations") or {}).get(c.ANNOTATION_TRACE_CONTEXT)
     if trace:
         annotations[c.ANNOTATION_TRACE_CONTEXT] = trace
@@ -172,7 +175,7 @@ def build_cold_sandbox(claim: Obj, template: Obj) -> Obj:
         "apiVersion": c.SANDBOX_API_VERSION,
         "kind": c.KIND_SANDBOX,
         "metadata": {
-            "name": claim_meta.get("name", ""),
+            "name": name,
             "namespace": claim_meta.get("namespace", ""),
             "labels": labels,
             "annotations": annotations,

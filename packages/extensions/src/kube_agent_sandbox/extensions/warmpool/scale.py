@@ -14,6 +14,7 @@ from typing import Final
 from kube_agent_sandbox.api.resources import SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Expectations, Obj, name_of
 from kube_agent_sandbox.extensions.warmpool.batches import slow_start
+from kube_agent_sandbox.extensions.warmpool.blueprint import named_member
 from kube_agent_sandbox.extensions.warmpool.deletes import delete_member
 from kube_agent_sandbox.extensions.warmpool.members import deletion_order
 from kube_agent_sandbox.extensions.warmpool.passes import Pass, PoolState
@@ -67,10 +68,10 @@ async def create_members(
     async def create(_: int) -> None:
         for attempt in range(GENERATE_NAME_ATTEMPTS):
             try:
-                await client.create(SANDBOXES, run.namespace, member)
+                await client.create(SANDBOXES, run.namespace, named_member(member))
                 return
             except ApiError as exc:
-                # a generated name collided with an existing one: draw another
+                # a drawn name collided with an existing one: draw another
                 if not exc.already_exists or attempt + 1 == GENERATE_NAME_ATTEMPTS:
                     raise
 
