@@ -93,7 +93,8 @@ def _wait_for(
         time.sleep(0.2)
 
 
-def test_one_trace_from_the_sdk_call_to_the_ready_pod(
+@pytest.fixture
+def traced_controller(
     cluster: ClusterAccess,
     namespace: str,
     controller_runner: ControllerRunner,
@@ -101,6 +102,7 @@ def test_one_trace_from_the_sdk_call_to_the_ready_pod(
     collector: RunningCollector,
     request: pytest.FixtureRequest,
 ) -> None:
+    """The controller tracing to the collector, and a cold warm pool ``pool`` (kwok pods)."""
     del agent_sandbox_crds
     start_controller(
         controller_runner,
@@ -113,24 +115,34 @@ def test_one_trace_from_the_sdk_call_to_the_ready_pod(
         warm_template("pool", template_spec=kwok_template_spec("busybox"), replicas=0),
         namespace=namespace,
     )
-    env = {**os.environ, **collector.environment()}
+
+
+def _run(argv: list[str], env: dict[str, str]) -> str:
+    """Run a traced program to its end (its spans flushed at exit); its stdout."""
     done = subprocess.run(
-        [sys.executable, "-c", SDK_CALL, str(cluster.kubeconfig), namespace],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        check=False,
+        argv, capture_output=True, text=True, timeout=180, env={**os.environ, **env}, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.splitlines()[-1])
+    return done.stdout
+
+
+def _has_ready(spans: list[ExportedSpan]) -> bool:
+    return any(s.name == "ReconcileSandbox" and "SandboxReady" in s.events for s in spans)
+
+
+@pytest.mark.usefixtures("traced_controller")
+def test_one_trace_from_the_sdk_call_to_the_ready_pod(
+    cluster: ClusterAccess, namespace: str, collector: RunningCollector
+) -> None:
+    out = _run(
+        [sys.executable, "-c", SDK_CALL, str(cluster.kubeconfig), namespace],
+        collector.environment(),
+    )
+    result = json.loads(out.splitlines()[-1])
     claim, sandbox = result["claim"], result["sandbox"]
     assert len(result["failed"]) == 2, result["failed"]
 
-    def whole(spans: list[ExportedSpan]) -> bool:
-        return any(s.name == "ReconcileSandbox" and "SandboxReady" in s.events for s in spans)
-
-    spans = _wait_for(collector, whole)
+    spans = _wait_for(collector, _has_ready)
     sdk = {s.name: s for s in spans if s.service == "sandbox-client"}
     task = sdk["agent-task"]
     call = sdk["sandbox-client.claim_sandbox"]
@@ -187,3 +199,34 @@ def test_one_trace_from_the_sdk_call_to_the_ready_pod(
         )
     ]
     assert stray == []
+
+
+@pytest.mark.usefixtures("traced_controller")
+def test_the_cli_switch_traces_the_command_down_to_the_ready_pod(
+    cluster: ClusterAccess, namespace: str, collector: RunningCollector
+) -> None:
+    """``agent-sandbox --trace claim`` (the installed command, in its own process): the
+    command's span is the root, the SDK's calls and the controller's reconciles under it."""
+    command = Path(sys.executable).with_name("agent-sandbox")
+    env = {
+        **collector.environment(),
+        "AGENT_SANDBOX_ENABLE_TRACING": "false",  # the flag wins
+        "OTEL_SERVICE_NAME": "my-cli",
+    }
+    options = ["--trace", "--kubeconfig", str(cluster.kubeconfig), "-n", namespace]
+    sandbox = _run([str(command), *options, "claim", "pool", "--timeout", "120"], env).strip()
+
+    spans = _wait_for(collector, _has_ready)
+    cli = {s.name: s for s in spans if s.service == "my-cli"}
+    root = cli["my-cli.cli.claim"]
+    call = cli["my-cli.claim_sandbox"]
+    create = cli["my-cli.create_claim"]
+    assert root.parent_span_id == ""
+    assert root.attributes == {"cli.command": "claim"}
+    assert call.parent_span_id == root.span_id
+    assert create.parent_span_id == call.span_id
+    in_trace = [s for s in spans if s.trace_id == root.trace_id]
+    sandbox_spans = [s for s in in_trace if s.name == "ReconcileSandbox"]
+    assert {s.attributes["sandbox.name"] for s in sandbox_spans} == {sandbox}
+    assert {s.parent_span_id for s in sandbox_spans} == {create.span_id}
+    assert any("SandboxReady" in s.events for s in sandbox_spans)
