@@ -6,7 +6,8 @@
 #     --build-arg BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ) .
 #
 # The image installs the controller and the extension controllers (enabled with
-# --extensions) from dist/ plus their dependencies from the package index. It runs as a
+# --extensions) from dist/ plus their dependencies from the package index, with the
+# controller's tracing extra (OpenTelemetry, for --enable-tracing). It runs as a
 # non-root user and writes nothing outside /tmp, so it works with readOnlyRootFilesystem and
 # an emptyDir on /tmp (see manifests/controller/deployment.yaml).
 
@@ -17,12 +18,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 COPY dist/ /wheels/
 # Install the wheel files by path (never by name from the index, where someone else could
 # publish a package with the same name). pip compiles the bytecode now, because the running
-# container cannot write __pycache__ directories.
-RUN python -m venv /opt/agent-sandbox \
+# container cannot write __pycache__ directories. The controller's wheel is resolved first so
+# its "[tracing]" extra is not read by the shell as a glob's character class.
+RUN controller=$(echo /wheels/kube_agent_sandbox_controller-*.whl) \
+    && python -m venv /opt/agent-sandbox \
     && /opt/agent-sandbox/bin/pip install \
         /wheels/kube_agent_sandbox_api_types-*.whl \
-        /wheels/kube_agent_sandbox_controller-*.whl \
+        "${controller}[tracing]" \
         /wheels/kube_agent_sandbox_extensions-*.whl \
+    && /opt/agent-sandbox/bin/python -c "import opentelemetry.sdk.trace" \
     && /opt/agent-sandbox/bin/agent-sandbox-controller --version
 
 FROM ${PYTHON_IMAGE}

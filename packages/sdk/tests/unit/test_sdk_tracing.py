@@ -1,7 +1,7 @@
 """Tracing of SDK calls (upstream's SandboxTracerConfig): spans, and the W3C context written on
 the objects the SDK creates, read back from the OpenTelemetry SDK's in-memory exporter.
 
-The API is not called: the client's request and wait calls are replaced by recorders.
+The API is not called: the client's request, wait and exec calls are replaced by recorders.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -16,10 +18,21 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kube_agent_sandbox.sdk import AsyncSandboxClient, ClusterConfig, SandboxClient
+from kube_agent_sandbox.sdk import (
+    AsyncSandboxClient,
+    ClusterConfig,
+    ExecResult,
+    NotFoundError,
+    SandboxClient,
+)
 from kube_agent_sandbox.sdk._otel import OTelClientTracer
 from kube_agent_sandbox.sdk.constants import TRACE_CONTEXT_ANNOTATION
-from kube_agent_sandbox.sdk.tracing import NOOP_TRACER, SandboxTracerConfig, tracer_for
+from kube_agent_sandbox.sdk.tracing import (
+    NOOP_TRACER,
+    SandboxTracerConfig,
+    command_executable,
+    tracer_for,
+)
 
 CONFIG = ClusterConfig("https://127.0.0.1:1", verify=False)
 SANDBOX = {"spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
@@ -207,6 +220,190 @@ class TestCreateSandbox:
         assert wait.parent.span_id == create.context.span_id
         annotation = api.created[0]["metadata"]["annotations"][TRACE_CONTEXT_ANNOTATION]
         assert json.loads(annotation) == {"traceparent": traceparent_of(create)}
+
+
+class FakeSandbox:
+    """Stands in for the Sandbox's Pod: the exec calls of a client, answered from a file map."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.argvs: list[list[str]] = []
+        self.kill_on_timeout: list[bool] = []
+
+    async def exec(self, name: str, command: Sequence[str], **kw: Any) -> ExecResult:
+        argv = list(command)
+        self.argvs.append(argv)
+        self.kill_on_timeout.append(bool(kw.get("kill_on_timeout")))
+        if argv[:2] == ["cat", "--"]:
+            if argv[2] not in self.files:
+                return ExecResult(1, b"", b"cat: no such file: No such file or directory")
+            return ExecResult(0, self.files[argv[2]])
+        if argv[:2] == ["test", "-e"]:
+            return ExecResult(0 if argv[2] in self.files else 1)
+        if argv[0] == "rm":
+            del self.files[argv[-1]]
+            return ExecResult(0)
+        if argv[:2] == ["sh", "-c"] and argv[-1] == "/work":
+            listing = "".join(f"{len(v)} 0 regular file|{k}\n" for k, v in self.files.items())
+            return ExecResult(0, listing.encode())
+        return ExecResult(3, b"out")
+
+    @asynccontextmanager
+    async def exec_session(
+        self, name: str, command: Sequence[str], **kw: Any
+    ) -> AsyncIterator[Any]:
+        argv = list(command)
+        self.argvs.append(argv)
+        session = WriteSession()
+        yield session
+        self.files[argv[-1]] = b"".join(session.received)
+
+
+class WriteSession:
+    """An exec stream whose command reads stdin and exits 0."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.exit_code: int | None = None
+
+    async def write(self, data: bytes) -> None:
+        self.received.append(data)
+
+    async def close_stdin(self) -> None:
+        self.exit_code = 0
+
+    async def read(self, *_: object) -> None:
+        return None
+
+
+def traced_client(
+    tracer: OTelClientTracer, monkeypatch: pytest.MonkeyPatch, pod: FakeSandbox
+) -> AsyncSandboxClient:
+    client = AsyncSandboxClient(CONFIG, namespace="team")
+    client._tracer = tracer
+    monkeypatch.setattr(client, "exec", pod.exec)
+    monkeypatch.setattr(client, "exec_session", pod.exec_session)
+    return client
+
+
+class TestSandboxCalls:
+    """The calls upstream traces on a sandbox: ``run``, the file calls, ``delete_claim``."""
+
+    async def test_run_records_the_program_and_the_exit_code(
+        self,
+        tracer: OTelClientTracer,
+        exporter: InMemorySpanExporter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        pod = FakeSandbox({})
+        box = traced_client(tracer, monkeypatch, pod).sandbox("sb")
+        result = await box.commands.run("TOKEN=s3cret /usr/bin/python3 -c 'print(1)'")
+        assert result.exit_code == 3
+        assert pod.argvs == [["sh", "-c", "TOKEN=s3cret /usr/bin/python3 -c 'print(1)'"]]
+        assert pod.kill_on_timeout == [True]
+        run = by_name(exporter)["sandbox-client.run"]
+        assert dict(run.attributes or {}) == {
+            "sandbox.name": "sb",
+            "sandbox.command.executable": "python3",
+            "sandbox.exit_code": 3,
+        }
+
+    async def test_file_calls_have_upstreams_spans_and_attributes(
+        self,
+        tracer: OTelClientTracer,
+        exporter: InMemorySpanExporter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        pod = FakeSandbox({})
+        box = traced_client(tracer, monkeypatch, pod).sandbox("sb")
+        await box.files.write("/work/a.txt", "hello")
+        assert pod.files == {"/work/a.txt": b"hello"}
+        assert await box.files.read("/work/a.txt") == b"hello"
+        assert [e.name for e in await box.files.list("/work")] == ["a.txt"]
+        assert await box.files.exists("/work/a.txt")
+        await box.files.delete("/work/a.txt")
+        assert pod.files == {}
+
+        spans = exporter.get_finished_spans()
+        attrs = [(s.name.removeprefix("sandbox-client."), dict(s.attributes or {})) for s in spans]
+        on = {"sandbox.name": "sb", "sandbox.file.path": "/work/a.txt"}
+        assert attrs == [
+            ("write", {**on, "sandbox.file.size": 5}),
+            ("read", {**on, "sandbox.file.size": 5}),
+            ("list", {**on, "sandbox.file.path": "/work", "sandbox.file.count": 1}),
+            ("exists", {**on, "sandbox.file.exists": True}),
+            ("exists", {**on, "sandbox.file.exists": True}),  # delete's own check
+            ("delete", on),
+        ]
+        by_id = {s.context.span_id: s.name for s in spans if s.context}
+        check, delete = spans[4], spans[5]
+        assert check.parent is not None
+        assert by_id[check.parent.span_id] == "sandbox-client.delete"
+        assert {s.parent for s in spans if s is not check} == {None}
+        assert delete.context is not None
+
+    async def test_a_failed_file_call_ends_its_span_with_the_error(
+        self,
+        tracer: OTelClientTracer,
+        exporter: InMemorySpanExporter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        box = traced_client(tracer, monkeypatch, FakeSandbox({})).sandbox("sb")
+        with pytest.raises(NotFoundError):
+            await box.files.read("/nope")
+        read = by_name(exporter)["sandbox-client.read"]
+        assert not read.status.is_ok
+        assert [e.name for e in read.events] == ["exception"]
+        assert "sandbox.file.size" not in (read.attributes or {})
+
+    async def test_terminate_is_the_delete_claim_span(
+        self,
+        tracer: OTelClientTracer,
+        exporter: InMemorySpanExporter,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        client = AsyncSandboxClient(CONFIG)
+        client._tracer = tracer
+        deleted: list[str] = []
+
+        async def delete(resource: Any, name: str, **kw: Any) -> None:
+            deleted.append(f"{resource.kind}/{name}")
+
+        monkeypatch.setattr(client, "_delete", delete)
+        await client.sandbox("warm-1", claim_name="c1").terminate()
+        await client.sandbox("sb").terminate()
+        assert deleted == ["SandboxClaim/c1", "Sandbox/sb"]
+        spans = by_name(exporter)
+        assert dict(spans["sandbox-client.delete_claim"].attributes or {}) == {
+            "sandbox.claim.name": "c1"
+        }
+        assert dict(spans["sandbox-client.delete_sandbox"].attributes or {}) == {
+            "sandbox.name": "sb"
+        }
+
+    def test_without_tracing_the_calls_run_on_the_null_tracer(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        client = SandboxClient(CONFIG)
+        assert client._tracer is NOOP_TRACER
+        monkeypatch.setattr(client, "exec", lambda *a, **kw: ExecResult(0, b"hi"))
+        assert client.sandbox("sb").commands.run("echo hi").stdout == "hi"
+        assert client.file_exists("sb", "/x")
+
+
+@pytest.mark.parametrize(
+    ("command", "executable"),
+    [
+        ("python3 -c 'print(1)'", "python3"),
+        ("/usr/local/bin/node app.js", "node"),
+        ("A=1 B=2 ls -la", "ls"),
+        ("  echo   hi ", "echo"),
+        ("A=1", ""),
+        ("", ""),
+    ],
+)
+def test_command_executable_is_the_program_without_arguments(command: str, executable: str) -> None:
+    assert command_executable(command) == executable
 
 
 def test_enabled_tracing_keeps_a_provider_the_program_installed() -> None:

@@ -29,7 +29,10 @@ def test_spans_are_flattened_with_their_service(tmp_path: Path) -> None:
                                     {"key": "n", "value": {"intValue": "3"}},
                                     {"key": "s", "value": {"stringValue": "x"}},
                                 ],
-                                "events": [{"name": "SandboxReady"}],
+                                "events": [{"name": "SandboxReady", "timeUnixNano": "1500"}],
+                                "startTimeUnixNano": "1000",
+                                "endTimeUnixNano": "2000",
+                                "status": {"code": 2, "message": "boom"},
                             },
                             {
                                 "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
@@ -55,8 +58,13 @@ def test_spans_are_flattened_with_their_service(tmp_path: Path) -> None:
         kind=2,
         attributes={"n": 3, "s": "x"},
         events=("SandboxReady",),
+        event_times=(1500,),
+        start_ns=1000,
+        end_ns=2000,
+        status_code=2,
     )
     assert (child.parent_span_id, child.kind, child.events) == ("00f067aa0ba902b7", 0, ())
+    assert (child.start_ns, child.end_ns, child.status_code) == (0, 0, 0)
 
 
 def test_no_output_yet_is_no_span(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ measured) and every span is one shared null context. With
 ``create_sandbox`` call span) and writes the W3C context of the create span into the
 ``opentelemetry.io/trace-context`` annotation (JSON ``{"traceparent": …}``) of the object it
 creates, where the claim and Sandbox controllers continue the trace, exactly as upstream's
-Python client does.
+Python client does. The calls on a sandbox are traced as upstream's are: ``run``, the file
+calls ``read``, ``write``, ``list``, ``exists`` and ``delete``, and ``delete_claim``.
 
 Spans are exported by a process-wide tracer provider that the first enabled client installs
 (batching, OTLP/gRPC exporter configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables,
@@ -32,6 +33,7 @@ __all__ = [
     "ClientTracer",
     "NoopClientTracer",
     "SandboxTracerConfig",
+    "command_executable",
     "tracer_for",
 ]
 
@@ -113,3 +115,16 @@ def tracer_for(config: SandboxTracerConfig | None) -> ClientTracer:
         ) from err
     _otel.initialize_tracer(config.trace_service_name)
     return _otel.OTelClientTracer(config.trace_service_name)
+
+
+def command_executable(command: str) -> str:
+    """The program a shell command line runs, for the ``sandbox.command.executable`` attribute.
+
+    Upstream's rule: the first word that is not a ``NAME=value`` assignment, without its
+    directory (``A=1 /usr/bin/python x.py`` -> ``python``); empty for an empty line. Only
+    the program is recorded, never its arguments (they may hold secrets).
+    """
+    for word in command.split():
+        if "=" not in word:
+            return word.rsplit("/", 1)[-1]
+    return ""

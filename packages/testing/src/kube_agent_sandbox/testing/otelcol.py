@@ -38,6 +38,12 @@ class ExportedSpan:
     kind: int
     attributes: dict[str, Any] = field(default_factory=dict)
     events: tuple[str, ...] = ()
+    #: Unix nanoseconds of each event, in the order of ``events``.
+    event_times: tuple[int, ...] = ()
+    start_ns: int = 0
+    end_ns: int = 0
+    #: OTLP status code: 0 unset, 1 ok, 2 error.
+    status_code: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,12 @@ def read_spans(path: Path) -> list[ExportedSpan]:
                             kind=int(span.get("kind") or 0),
                             attributes=_attributes(span.get("attributes")),
                             events=tuple(e["name"] for e in span.get("events") or ()),
+                            event_times=tuple(
+                                int(e.get("timeUnixNano") or 0) for e in span.get("events") or ()
+                            ),
+                            start_ns=int(span.get("startTimeUnixNano") or 0),
+                            end_ns=int(span.get("endTimeUnixNano") or 0),
+                            status_code=int((span.get("status") or {}).get("code") or 0),
                         )
                     )
     return spans

@@ -66,11 +66,12 @@ class AsyncClaimCalls(AsyncObjectCalls):
         missing_ok: bool = False,
     ) -> None:
         """Delete a SandboxClaim (the controller removes its Sandbox)."""
-        await self._delete(
-            SANDBOX_CLAIMS,
-            name,
-            namespace=self._ns(namespace),
-            missing_ok=missing_ok,
-            wait=wait,
-            timeout=timeout,
-        )
+        with self._tracer.span("delete_claim", {"sandbox.claim.name": name}):
+            await self._delete(
+                SANDBOX_CLAIMS,
+                name,
+                namespace=self._ns(namespace),
+                missing_ok=missing_ok,
+                wait=wait,
+                timeout=timeout,
+            )

@@ -125,8 +125,9 @@ class AsyncCommandExecutor:
                 started) is then killed.
             stdin: bytes to feed it.
         """
-        return await self._sandbox.exec(
-            ["sh", "-c", command], timeout=timeout, stdin=stdin, kill_on_timeout=True
+        s = self._sandbox
+        return await s.client.run(
+            s.name, command, namespace=s.namespace, timeout=timeout, stdin=stdin
         )
 
 

@@ -19,6 +19,7 @@ from kube_agent_sandbox.sdk.constants import PODS, SANDBOXES
 from kube_agent_sandbox.sdk.errors import ExecFailedError, ExecTimeoutError, SandboxError
 from kube_agent_sandbox.sdk.execproto import ExecResult
 from kube_agent_sandbox.sdk.paths import exec_params, resource_path
+from kube_agent_sandbox.sdk.tracing import command_executable
 
 if TYPE_CHECKING:
     from httpx_ws import AsyncWebSocketSession
@@ -214,12 +215,33 @@ class AsyncExecCalls(AsyncObjectCalls):
             logger.warning("could not kill timed-out command (pid %s) in %s: %s", pid, name, err)
 
     async def run(
-        self, name: str, command: str, *, namespace: str | None = None, timeout: float = 60.0
+        self,
+        name: str,
+        command: str,
+        *,
+        namespace: str | None = None,
+        timeout: float = 60.0,
+        stdin: bytes | str | None = None,
     ) -> ExecResult:
-        """Run a shell command line (``sh -c command``)."""
-        return await self.exec(
-            name, ["sh", "-c", command], namespace=namespace, timeout=timeout, kill_on_timeout=True
-        )
+        """Run a shell command line (``sh -c command``); killed when it outlives ``timeout``.
+
+        Traced as upstream's ``run``: the program's name (not its arguments) and the exit code.
+        """
+        attributes = {
+            "sandbox.name": name,
+            "sandbox.command.executable": command_executable(command),
+        }
+        with self._tracer.span("run", attributes):
+            result = await self.exec(
+                name,
+                ["sh", "-c", command],
+                namespace=namespace,
+                timeout=timeout,
+                stdin=stdin,
+                kill_on_timeout=True,
+            )
+            self._tracer.set_attributes({"sandbox.exit_code": result.exit_code})
+        return result
 
     async def logs(
         self,

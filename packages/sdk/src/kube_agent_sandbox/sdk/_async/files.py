@@ -1,5 +1,7 @@
 """AsyncFileCalls: read, stream, write, list, test and delete files in a Sandbox, over the exec
-API (any image with ``sh``, ``cat``, ``head`` and ``rm``).
+API (any image with ``sh``, ``cat``, ``head`` and ``rm``). Each call is traced as upstream's
+(spans ``read``, ``write``, ``list``, ``exists``, ``delete`` with ``sandbox.file.*``
+attributes) when the client traces.
 
 Hand-written source: ``_sync/files.py`` is generated from it by ``scripts/unasync_sdk.py``.
 """
@@ -27,8 +29,12 @@ class AsyncFileCalls(AsyncExecCalls):
         Raises:
             NotFoundError: no such file.
         """
-        result = await self.exec(name, ["cat", "--", path], namespace=namespace, timeout=timeout)
-        _check_file_result(result, path)
+        with self._tracer.span("read", _file_attributes(name, path)):
+            result = await self.exec(
+                name, ["cat", "--", path], namespace=namespace, timeout=timeout
+            )
+            _check_file_result(result, path)
+            self._tracer.set_attributes({"sandbox.file.size": len(result.stdout_bytes)})
         return result.stdout_bytes
 
     async def download(
@@ -49,8 +55,10 @@ class AsyncFileCalls(AsyncExecCalls):
                 target.write(chunk)
                 copied += len(chunk)
 
-        result = await self._exec_streaming(name, ["cat", "--", path], namespace, timeout, sink)
-        _check_file_result(result, path)
+        with self._tracer.span("read", _file_attributes(name, path)):
+            result = await self._exec_streaming(name, ["cat", "--", path], namespace, timeout, sink)
+            _check_file_result(result, path)
+            self._tracer.set_attributes({"sandbox.file.size": copied})
         return copied
 
     async def _exec_streaming(
@@ -99,13 +107,27 @@ class AsyncFileCalls(AsyncExecCalls):
                 size = stream.tell() - here
                 stream.seek(here)
             total = size
+        with self._tracer.span(
+            "write", {**_file_attributes(name, path), "sandbox.file.size": total}
+        ):
+            await self._write(name, path, content, total, namespace, timeout)
+
+    async def _write(
+        self,
+        name: str,
+        path: str,
+        content: bytes | bytearray | BinaryIO,
+        total: int,
+        namespace: str | None,
+        timeout: float | None,
+    ) -> None:
         command = ["sh", "-c", execproto.WRITE_SCRIPT, "sh", str(total), path]
         deadline = None if timeout is None else time.monotonic() + timeout
         async with self.exec_session(name, command, namespace=namespace, stdin=True) as session:
-            if stream is None:
-                await session.write(bytes(content))  # type: ignore[arg-type]
+            if isinstance(content, bytes | bytearray):
+                await session.write(bytes(content))
             else:
-                while chunk := stream.read(STDIN_CHUNK):
+                while chunk := content.read(STDIN_CHUNK):
                     await session.write(chunk)
             await session.close_stdin()
             err = await _read_to_end(
@@ -124,24 +146,32 @@ class AsyncFileCalls(AsyncExecCalls):
         Raises:
             NotFoundError: no such directory.
         """
-        result = await self.exec(
-            name,
-            ["sh", "-c", execproto.LIST_SCRIPT, "sh", path],
-            namespace=namespace,
-            timeout=timeout,
-        )
-        if result.exit_code == 2:
-            raise NotFoundError(f"no such directory: {path}", 404, reason="NotFound")
-        if result.exit_code != 0:
-            raise ExecFailedError(f"cannot list {path}: {result.stderr.strip()}")
-        return execproto.parse_listing(result.stdout)
+        with self._tracer.span("list", _file_attributes(name, path)):
+            result = await self.exec(
+                name,
+                ["sh", "-c", execproto.LIST_SCRIPT, "sh", path],
+                namespace=namespace,
+                timeout=timeout,
+            )
+            if result.exit_code == 2:
+                raise NotFoundError(f"no such directory: {path}", 404, reason="NotFound")
+            if result.exit_code != 0:
+                raise ExecFailedError(f"cannot list {path}: {result.stderr.strip()}")
+            entries = execproto.parse_listing(result.stdout)
+            self._tracer.set_attributes({"sandbox.file.count": len(entries)})
+        return entries
 
     async def file_exists(
         self, name: str, path: str, *, namespace: str | None = None, timeout: float | None = 60.0
     ) -> bool:
         """Whether ``path`` exists in the Sandbox."""
-        result = await self.exec(name, ["test", "-e", path], namespace=namespace, timeout=timeout)
-        return result.exit_code == 0
+        with self._tracer.span("exists", _file_attributes(name, path)):
+            result = await self.exec(
+                name, ["test", "-e", path], namespace=namespace, timeout=timeout
+            )
+            exists = result.exit_code == 0
+            self._tracer.set_attributes({"sandbox.file.exists": exists})
+        return exists
 
     async def delete_file(
         self,
@@ -157,12 +187,13 @@ class AsyncFileCalls(AsyncExecCalls):
         Raises:
             NotFoundError: no such file.
         """
-        if not await self.file_exists(name, path, namespace=namespace, timeout=timeout):
-            raise NotFoundError(f"no such file: {path}", 404, reason="NotFound")
-        command = ["rm", "-rf", "--", path] if recursive else ["rm", "-f", "--", path]
-        result = await self.exec(name, command, namespace=namespace, timeout=timeout)
-        if result.exit_code != 0:
-            raise ExecFailedError(f"cannot delete {path}: {result.stderr.strip()}")
+        with self._tracer.span("delete", _file_attributes(name, path)):
+            if not await self.file_exists(name, path, namespace=namespace, timeout=timeout):
+                raise NotFoundError(f"no such file: {path}", 404, reason="NotFound")
+            command = ["rm", "-rf", "--", path] if recursive else ["rm", "-f", "--", path]
+            result = await self.exec(name, command, namespace=namespace, timeout=timeout)
+            if result.exit_code != 0:
+                raise ExecFailedError(f"cannot delete {path}: {result.stderr.strip()}")
 
 
 async def _read_to_end(
@@ -193,6 +224,11 @@ async def _read_to_end(
             err.append(chunk[1])
         if sink is not None:
             sink(chunk[0], chunk[1])
+
+
+def _file_attributes(name: str, path: str) -> dict[str, str]:
+    """The attributes of a file call's span (upstream's ``sandbox.file.path``)."""
+    return {"sandbox.name": name, "sandbox.file.path": path}
 
 
 def _check_file_result(result: ExecResult, path: str) -> None:

@@ -99,14 +99,15 @@ class AsyncSandboxCalls(AsyncObjectCalls):
             timeout: seconds to wait.
             missing_ok: a missing Sandbox is not an error.
         """
-        await self._delete(
-            SANDBOXES,
-            name,
-            namespace=self._ns(namespace),
-            missing_ok=missing_ok,
-            wait=wait,
-            timeout=timeout,
-        )
+        with self._tracer.span("delete_sandbox", {"sandbox.name": name}):
+            await self._delete(
+                SANDBOXES,
+                name,
+                namespace=self._ns(namespace),
+                missing_ok=missing_ok,
+                wait=wait,
+                timeout=timeout,
+            )
 
     async def wait_deleted(
         self,

@@ -65,11 +65,12 @@ class ClaimCalls(ObjectCalls):
         missing_ok: bool = False,
     ) -> None:
         """Delete a SandboxClaim (the controller removes its Sandbox)."""
-        self._delete(
-            SANDBOX_CLAIMS,
-            name,
-            namespace=self._ns(namespace),
-            missing_ok=missing_ok,
-            wait=wait,
-            timeout=timeout,
-        )
+        with self._tracer.span("delete_claim", {"sandbox.claim.name": name}):
+            self._delete(
+                SANDBOX_CLAIMS,
+                name,
+                namespace=self._ns(namespace),
+                missing_ok=missing_ok,
+                wait=wait,
+                timeout=timeout,
+            )

@@ -120,9 +120,8 @@ class CommandExecutor:
                 started) is then killed.
             stdin: bytes to feed it.
         """
-        return self._sandbox.exec(
-            ["sh", "-c", command], timeout=timeout, stdin=stdin, kill_on_timeout=True
-        )
+        s = self._sandbox
+        return s.client.run(s.name, command, namespace=s.namespace, timeout=timeout, stdin=stdin)
 
 
 class Filesystem:

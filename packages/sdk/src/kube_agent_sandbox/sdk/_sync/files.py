@@ -1,6 +1,8 @@
 # Generated from _async/files.py by scripts/unasync_sdk.py: do not edit.
 """AsyncFileCalls: read, stream, write, list, test and delete files in a Sandbox, over the exec
-API (any image with ``sh``, ``cat``, ``head`` and ``rm``).
+API (any image with ``sh``, ``cat``, ``head`` and ``rm``). Each call is traced as upstream's
+(spans ``read``, ``write``, ``list``, ``exists``, ``delete`` with ``sandbox.file.*``
+attributes) when the client traces.
 
 Hand-written source: ``_sync/files.py`` is generated from it by ``scripts/unasync_sdk.py``.
 """
@@ -28,8 +30,10 @@ class FileCalls(ExecCalls):
         Raises:
             NotFoundError: no such file.
         """
-        result = self.exec(name, ["cat", "--", path], namespace=namespace, timeout=timeout)
-        _check_file_result(result, path)
+        with self._tracer.span("read", _file_attributes(name, path)):
+            result = self.exec(name, ["cat", "--", path], namespace=namespace, timeout=timeout)
+            _check_file_result(result, path)
+            self._tracer.set_attributes({"sandbox.file.size": len(result.stdout_bytes)})
         return result.stdout_bytes
 
     def download(
@@ -50,8 +54,10 @@ class FileCalls(ExecCalls):
                 target.write(chunk)
                 copied += len(chunk)
 
-        result = self._exec_streaming(name, ["cat", "--", path], namespace, timeout, sink)
-        _check_file_result(result, path)
+        with self._tracer.span("read", _file_attributes(name, path)):
+            result = self._exec_streaming(name, ["cat", "--", path], namespace, timeout, sink)
+            _check_file_result(result, path)
+            self._tracer.set_attributes({"sandbox.file.size": copied})
         return copied
 
     def _exec_streaming(
@@ -100,13 +106,27 @@ class FileCalls(ExecCalls):
                 size = stream.tell() - here
                 stream.seek(here)
             total = size
+        with self._tracer.span(
+            "write", {**_file_attributes(name, path), "sandbox.file.size": total}
+        ):
+            self._write(name, path, content, total, namespace, timeout)
+
+    def _write(
+        self,
+        name: str,
+        path: str,
+        content: bytes | bytearray | BinaryIO,
+        total: int,
+        namespace: str | None,
+        timeout: float | None,
+    ) -> None:
         command = ["sh", "-c", execproto.WRITE_SCRIPT, "sh", str(total), path]
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.exec_session(name, command, namespace=namespace, stdin=True) as session:
-            if stream is None:
-                session.write(bytes(content))  # type: ignore[arg-type]
+            if isinstance(content, bytes | bytearray):
+                session.write(bytes(content))
             else:
-                while chunk := stream.read(STDIN_CHUNK):
+                while chunk := content.read(STDIN_CHUNK):
                     session.write(chunk)
             session.close_stdin()
             err = _read_to_end(
@@ -125,24 +145,30 @@ class FileCalls(ExecCalls):
         Raises:
             NotFoundError: no such directory.
         """
-        result = self.exec(
-            name,
-            ["sh", "-c", execproto.LIST_SCRIPT, "sh", path],
-            namespace=namespace,
-            timeout=timeout,
-        )
-        if result.exit_code == 2:
-            raise NotFoundError(f"no such directory: {path}", 404, reason="NotFound")
-        if result.exit_code != 0:
-            raise ExecFailedError(f"cannot list {path}: {result.stderr.strip()}")
-        return execproto.parse_listing(result.stdout)
+        with self._tracer.span("list", _file_attributes(name, path)):
+            result = self.exec(
+                name,
+                ["sh", "-c", execproto.LIST_SCRIPT, "sh", path],
+                namespace=namespace,
+                timeout=timeout,
+            )
+            if result.exit_code == 2:
+                raise NotFoundError(f"no such directory: {path}", 404, reason="NotFound")
+            if result.exit_code != 0:
+                raise ExecFailedError(f"cannot list {path}: {result.stderr.strip()}")
+            entries = execproto.parse_listing(result.stdout)
+            self._tracer.set_attributes({"sandbox.file.count": len(entries)})
+        return entries
 
     def file_exists(
         self, name: str, path: str, *, namespace: str | None = None, timeout: float | None = 60.0
     ) -> bool:
         """Whether ``path`` exists in the Sandbox."""
-        result = self.exec(name, ["test", "-e", path], namespace=namespace, timeout=timeout)
-        return result.exit_code == 0
+        with self._tracer.span("exists", _file_attributes(name, path)):
+            result = self.exec(name, ["test", "-e", path], namespace=namespace, timeout=timeout)
+            exists = result.exit_code == 0
+            self._tracer.set_attributes({"sandbox.file.exists": exists})
+        return exists
 
     def delete_file(
         self,
@@ -158,12 +184,13 @@ class FileCalls(ExecCalls):
         Raises:
             NotFoundError: no such file.
         """
-        if not self.file_exists(name, path, namespace=namespace, timeout=timeout):
-            raise NotFoundError(f"no such file: {path}", 404, reason="NotFound")
-        command = ["rm", "-rf", "--", path] if recursive else ["rm", "-f", "--", path]
-        result = self.exec(name, command, namespace=namespace, timeout=timeout)
-        if result.exit_code != 0:
-            raise ExecFailedError(f"cannot delete {path}: {result.stderr.strip()}")
+        with self._tracer.span("delete", _file_attributes(name, path)):
+            if not self.file_exists(name, path, namespace=namespace, timeout=timeout):
+                raise NotFoundError(f"no such file: {path}", 404, reason="NotFound")
+            command = ["rm", "-rf", "--", path] if recursive else ["rm", "-f", "--", path]
+            result = self.exec(name, command, namespace=namespace, timeout=timeout)
+            if result.exit_code != 0:
+                raise ExecFailedError(f"cannot delete {path}: {result.stderr.strip()}")
 
 
 def _read_to_end(
@@ -194,6 +221,11 @@ def _read_to_end(
             err.append(chunk[1])
         if sink is not None:
             sink(chunk[0], chunk[1])
+
+
+def _file_attributes(name: str, path: str) -> dict[str, str]:
+    """The attributes of a file call's span (upstream's ``sandbox.file.path``)."""
+    return {"sandbox.name": name, "sandbox.file.path": path}
 
 
 def _check_file_result(result: ExecResult, path: str) -> None:

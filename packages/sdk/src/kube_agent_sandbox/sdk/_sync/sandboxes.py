@@ -98,14 +98,15 @@ class SandboxCalls(ObjectCalls):
             timeout: seconds to wait.
             missing_ok: a missing Sandbox is not an error.
         """
-        self._delete(
-            SANDBOXES,
-            name,
-            namespace=self._ns(namespace),
-            missing_ok=missing_ok,
-            wait=wait,
-            timeout=timeout,
-        )
+        with self._tracer.span("delete_sandbox", {"sandbox.name": name}):
+            self._delete(
+                SANDBOXES,
+                name,
+                namespace=self._ns(namespace),
+                missing_ok=missing_ok,
+                wait=wait,
+                timeout=timeout,
+            )
 
     def wait_deleted(
         self,

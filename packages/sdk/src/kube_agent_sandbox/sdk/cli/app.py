@@ -7,7 +7,9 @@ Built on typer (arguments, help, shell completion via ``--install-completion``);
 stdout as plain text (kubectl-like tables, JSON, YAML, names) and rich, loaded on first use,
 prints errors and the progress spinner on stderr. Every command goes through the sync SDK
 client, so the CLI and the library behave the same. Exit codes are stable for scripts (see
-:data:`EXIT_CODES`); ``exec`` exits with the remote command's code.
+:data:`EXIT_CODES`); ``exec`` exits with the remote command's code. ``--enable-tracing`` (or
+``AGENT_SANDBOX_ENABLE_TRACING=true``) traces the command as the SDK does with
+``SandboxTracerConfig(enable_tracing=True)``, under one span for the whole command.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ from kube_agent_sandbox.sdk.errors import (
     SandboxFailedError,
     SandboxTimeoutError,
 )
+from kube_agent_sandbox.sdk.tracing import (
+    DEFAULT_SERVICE_NAME,
+    ClientTracer,
+    SandboxTracerConfig,
+    tracer_for,
+)
 
 if TYPE_CHECKING:
     from kube_agent_sandbox.sdk import SandboxClient
@@ -56,6 +64,9 @@ EXIT_CODES = {
     EXIT_FAILED: "the sandbox or claim failed (terminal Ready reason)",
     EXIT_FORBIDDEN: "permission denied (RBAC)",
 }
+
+TRACING_ENV = "AGENT_SANDBOX_ENABLE_TRACING"
+"""Environment variable that turns tracing on, like ``--enable-tracing``."""
 
 app = typer.Typer(
     name="agent-sandbox",
@@ -94,6 +105,9 @@ class State:
     namespace: str | None = None
     context: str | None = None
     kubeconfig: Path | None = None
+    tracer_config: SandboxTracerConfig | None = None
+    #: The command's span (tracing on): ``_fail`` records the exit code on it.
+    tracer: ClientTracer | None = None
     factory: Callable[[State], SandboxClient] | None = None
 
     def client(self) -> SandboxClient:
@@ -105,7 +119,12 @@ class State:
         config: ClusterConfig | None = None
         if self.kubeconfig is not None:
             config = load_kubeconfig(self.kubeconfig, context=self.context)
-        return SandboxClient(config, namespace=self.namespace, context=self.context)
+        return SandboxClient(
+            config,
+            namespace=self.namespace,
+            context=self.context,
+            tracer_config=self.tracer_config,
+        )
 
 
 state = State()
@@ -118,7 +137,12 @@ Timeout = Annotated[float, typer.Option(help="Seconds to wait.")]
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    if state.tracer is not None:
+        state.tracer.set_attributes({"cli.exit_code": code})
+    from rich.markup import escape  # rich loads to print anyway
+
+    # escaped: "[tracing]" in an install hint is text, not a style tag
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -169,18 +193,56 @@ def _check_format(fmt: str) -> None:
 
 @app.callback()
 def main_options(
+    ctx: typer.Context,
     namespace: Namespace = None,
     context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
     kubeconfig: Annotated[
         Path | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log SDK requests.")] = False,
+    enable_tracing: Annotated[
+        bool,
+        typer.Option(
+            "--enable-tracing",
+            "--trace",
+            envvar=TRACING_ENV,
+            help="Export the command's spans over OTLP (OTEL_EXPORTER_OTLP_* variables); "
+            "needs the SDK's tracing extra.",
+        ),
+    ] = False,
+    trace_service_name: Annotated[
+        str,
+        typer.Option(
+            envvar="OTEL_SERVICE_NAME", help="service.name of the spans and their name prefix."
+        ),
+    ] = DEFAULT_SERVICE_NAME,
 ) -> None:
     """Create, claim and use Agent Sandboxes (agents.x-k8s.io)."""
     state.namespace = namespace
     state.context = context
     state.kubeconfig = kubeconfig
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING)
+    state.tracer_config = state.tracer = None
+    if enable_tracing:
+        _start_tracing(ctx, trace_service_name)
+
+
+def _start_tracing(ctx: typer.Context, service_name: str) -> None:
+    """Open the command's span (``<service>.cli.<command>``) until the command ends.
+
+    The SDK's calls are its children; the spans are exported at exit (OpenTelemetry's own
+    exit hook flushes the batch).
+    """
+    if not service_name.strip():
+        _fail(EXIT_USAGE, "--trace-service-name must not be empty")
+    config = SandboxTracerConfig(enable_tracing=True, trace_service_name=service_name)
+    try:
+        tracer = tracer_for(config)
+    except ImportError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    command = ctx.invoked_subcommand or ""
+    ctx.with_resource(tracer.span(f"cli.{command}", {"cli.command": command}))
+    state.tracer_config, state.tracer = config, tracer
 
 
 @app.command()

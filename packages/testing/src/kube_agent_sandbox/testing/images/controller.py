@@ -2,9 +2,10 @@
 
 The same steps as the repository's Dockerfile, done by hand: the Python base layer (Debian
 bookworm, Python 3.11) plus one layer with the controller, the extension controllers and their
-locked dependencies installed into ``/opt/agent-sandbox`` (``uv pip install --target`` for the
-image's platform and Python, bytecode compiled ahead because the container's root filesystem
-is read-only). The image runs ``agent-sandbox-controller`` as user 65532, like the Dockerfile's.
+locked dependencies, the controller's ``tracing`` extra included, installed into
+``/opt/agent-sandbox`` (``uv pip install --target`` for the image's platform and Python,
+bytecode compiled ahead because the container's root filesystem is read-only). The image runs
+``agent-sandbox-controller`` as user 65532, like the Dockerfile's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ _log = logging.getLogger(__name__)
 
 #: Workspace packages that go into the image (the SDK and the test harness do not).
 IMAGE_PACKAGES = ("api-types", "controller", "extensions")
+#: Extras of those packages installed too: ``--enable-tracing`` works in the image.
+IMAGE_EXTRAS = ("tracing",)
 INSTALL_PREFIX = "/opt/agent-sandbox"
 IMAGE_PYTHON = "3.11"
 # Debian bookworm ships glibc 2.36.
@@ -95,12 +98,15 @@ def build_wheels(
     return wheels
 
 
-def locked_requirements(repo_root: Path, *, packages: Sequence[str] = IMAGE_PACKAGES) -> str:
+def locked_requirements(
+    repo_root: Path, *, packages: Sequence[str] = IMAGE_PACKAGES, extras: Sequence[str] = ()
+) -> str:
     """The third-party requirements of the image's packages, pinned by ``uv.lock``.
 
     Args:
         repo_root: The repository (uv workspace) root.
         packages: Workspace packages whose requirements are exported.
+        extras: Their optional extras to include (``uv export --extra``).
 
     Returns:
         requirements.txt text (no workspace packages, no dev tools).
@@ -115,6 +121,7 @@ def locked_requirements(repo_root: Path, *, packages: Sequence[str] = IMAGE_PACK
             "--no-emit-workspace",
             "--no-header",
             *selected,
+            *(f"--extra={extra}" for extra in extras),
         ],
         what="uv export",
         cwd=repo_root,
@@ -203,6 +210,7 @@ def service_image(
     entrypoint: str,
     script: str,
     cmd: Sequence[str] = (),
+    extras: Sequence[str] = (),
 ) -> BuiltImage:
     """A non-root image that runs one of our Python services (the controller, the gateway).
 
@@ -216,6 +224,7 @@ def service_image(
         entrypoint: Name of the entry script in ``/opt/agent-sandbox/bin``.
         script: Text of the entry script.
         cmd: The image's default arguments.
+        extras: Optional extras of the packages installed too.
 
     Returns:
         The image.
@@ -227,7 +236,7 @@ def service_image(
     base = base_layer()
     with tempfile.TemporaryDirectory(prefix=f"{name}-wheels-") as tmp:
         wheels = build_wheels(repo_root, Path(tmp), packages=packages)
-        requirements = locked_requirements(repo_root, packages=packages)
+        requirements = locked_requirements(repo_root, packages=packages, extras=extras)
         key = hashlib.sha256(
             f"{wheel_fingerprint(wheels)}\n{requirements}\n{IMAGE_PLATFORM_TAG}".encode()
         ).hexdigest()[:16]
@@ -284,4 +293,5 @@ def controller_image(repo_root: Path) -> BuiltImage:
         packages=IMAGE_PACKAGES,
         entrypoint="agent-sandbox-controller",
         script=ENTRYPOINT_SCRIPT,
+        extras=IMAGE_EXTRAS,
     )
