@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kube_agent_sandbox.gateway.console.routes import console_routes
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
 from kube_agent_sandbox.gateway.dataplane import responses, signed_urls
 from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
@@ -198,7 +199,7 @@ def build_app(state: GatewayState) -> Starlette:
         return e2b_error(500, "internal gateway error", should_retry=False)
 
     app = Starlette(
-        routes=[*control_plane_routes(state), state.metrics.route()],
+        routes=[*control_plane_routes(state), *console_routes(state), state.metrics.route()],
         exception_handlers={Exception: internal_error},
         middleware=[
             Middleware(
