@@ -105,6 +105,7 @@ async def test_view_lists_the_tenants_sandboxes_and_pools_only(gateway: Gateway)
     member = row(body, "base-abcde")
     assert member["kind"] == view.KIND_POOL_MEMBER
     assert member["pool"] == "base"
+    assert member["template"] == "base"  # the pool's
     assert set(member["actions"].values()) == {view.POOL_OWNED, view.SNAPSHOT_UNAVAILABLE}
     assert [p["name"] for p in body["pools"]] == ["base"]
     assert body["pools"][0] | {"created": ""} == {

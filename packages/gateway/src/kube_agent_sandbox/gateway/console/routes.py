@@ -159,15 +159,18 @@ class Console:
             return sandbox_not_found(sandbox_id)
         objects = [("SandboxClaim", row["claim"]), ("Sandbox", row["sandbox"]), ("Pod", row["pod"])]
         wanted = [(kind, str(name)) for kind, name in objects if name]
-        try:
-            events: list[dict[str, Any]] = await details.recent_events(
-                self.state, tenant.namespace, wanted
-            )
-            events_error = ""
-        except ApiError as exc:
-            events, events_error = [], f"Events unavailable ({exc.status}): {exc.message}"
-        log = await details.log_tail(self.state, tenant.namespace, row["pod"])
-        return _json({"sandbox": row, "events": events, "eventsError": events_error, "log": log})
+
+        async def events() -> tuple[list[dict[str, Any]], str]:
+            try:
+                return await details.recent_events(self.state, tenant.namespace, wanted), ""
+            except ApiError as exc:
+                return [], f"Events unavailable ({exc.status}): {exc.message}"
+
+        # both at once: a node slow to serve logs does not delay the Events
+        (found, events_error), log = await asyncio.gather(
+            events(), details.log_tail(self.state, tenant.namespace, row["pod"])
+        )
+        return _json({"sandbox": row, "events": found, "eventsError": events_error, "log": log})
 
     # -- actions -----------------------------------------------------------------------------
     def _target(self, request: Request) -> tuple[Tenant, dict[str, Any]] | Response:

@@ -48,6 +48,11 @@ def _pool_owner(sandbox: Obj) -> str | None:
     return None
 
 
+def _pool_template(pool: Obj | None) -> str:
+    spec = (pool or {}).get("spec") or {}
+    return str((spec.get("sandboxTemplateRef") or {}).get("name", ""))
+
+
 def _state(sandbox: Obj | None, *, deleting: bool, ready: bool) -> str:
     if deleting:
         return "Deleting"
@@ -137,7 +142,9 @@ def sandbox_rows(index: SandboxIndex, namespace: str, last_seen: LastSeen) -> li
         )
         created = str(meta.get("creationTimestamp") or "")
         actions: dict[str, str | None]
+        template = ""
         if pool is not None:
+            template = _pool_template(index.warm_pool(namespace, pool))
             actions = dict.fromkeys(ACTIONS, POOL_OWNED)
             actions["snapshot"] = SNAPSHOT_UNAVAILABLE
         else:
@@ -150,7 +157,7 @@ def sandbox_rows(index: SandboxIndex, namespace: str, last_seen: LastSeen) -> li
                 "sandbox": name,
                 "pod": _meta(pod).get("name"),
                 "pool": pool,
-                "template": "",
+                "template": template,
                 "state": state,
                 "reason": "" if state == "Running" else _reason(sandbox),
                 "created": created,
@@ -175,7 +182,7 @@ def pool_rows(index: SandboxIndex, namespace: str) -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": str(_meta(pool).get("name", "")),
-                "template": str((spec.get("sandboxTemplateRef") or {}).get("name", "")),
+                "template": _pool_template(pool),
                 "replicas": wanted,
                 "ready": ready,
                 "state": "Ready" if ready >= wanted else "Filling",

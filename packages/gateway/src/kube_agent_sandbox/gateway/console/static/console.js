@@ -29,7 +29,9 @@
   let current = { sandboxes: [], pools: [] };
   let selected = null; // id of the sandbox shown in the details panel
   let busy = false; // an action is in flight
-  window.consoleStats = { renders: 0, lastRenderMs: 0, rows: 0 };
+  // read by the browser test, which prints the figures (and by anyone curious, in devtools)
+  window.consoleStats = { renders: 0, lastRenderMs: 0, maxRenderMs: 0, rows: 0 };
+  const KINDS = { gateway: "gateway", "pool-member": "pool member", sandbox: "Sandbox" };
 
   // -- formatting -------------------------------------------------------------------------
   function duration(ms) {
@@ -98,7 +100,7 @@
     head.append(button);
     tr.append(head);
     const cells = {};
-    for (const name of ["state", "template", "pool", "age", "idle", "reason"]) {
+    for (const name of ["state", "kind", "template", "pool", "age", "idle", "reason"]) {
       const td = document.createElement("td");
       if (name === "reason") td.className = "wrap";
       tr.append(td);
@@ -115,6 +117,7 @@
     setText(c.badge, r.state);
     const cls = `state state-${r.state}`;
     if (c.badge.className !== cls) c.badge.className = cls;
+    setText(c.kind, KINDS[r.kind] || r.kind);
     setText(c.template, r.template || "—");
     setText(c.pool, r.pool || "—");
     setText(c.age, since(r.created));
@@ -164,8 +167,12 @@
     renderPools(data.pools);
     renderSelected();
     const stats = window.consoleStats;
+    if (stats.renders === 0) {
+      announce(`${total} ${total === 1 ? "sandbox" : "sandboxes"} in namespace ${data.namespace}.`);
+    }
     stats.renders += 1;
     stats.lastRenderMs = performance.now() - started;
+    stats.maxRenderMs = Math.max(stats.maxRenderMs, stats.lastRenderMs);
     stats.rows = total;
   }
 
@@ -291,6 +298,7 @@
     }));
     ui.eventsNote.textContent = body.eventsError || (body.events.length ? "" : "No recent events.");
     ui.log.textContent = body.log.lines.join("\n");
+    ui.log.hidden = body.log.lines.length === 0;
     ui.logNote.textContent = body.log.unavailable || (body.log.lines.length ? "" : "The log is empty.");
   }
 
@@ -341,6 +349,7 @@
     key = null;
     sessionStorage.removeItem(KEY_STORAGE);
     rows = new Map();
+    window.consoleStats = { renders: 0, lastRenderMs: 0, maxRenderMs: 0, rows: 0 };
     ui.rows.replaceChildren();
     ui.pools.replaceChildren();
     selected = null;
