@@ -282,7 +282,10 @@ def many_sandboxes(cluster: ClusterAccess) -> Iterator[tuple[str, str]]:
     try:
         yield namespace, key
     finally:
-        cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+        # waited for, so the tests after this one do not share the controller with 1,000 deletes
+        cluster.kubectl(
+            "delete", "namespace", namespace, "--ignore-not-found", "--timeout=300s", timeout=330
+        )
 
 
 def test_a_thousand_sandboxes_render_and_stay_responsive(
