@@ -74,14 +74,14 @@ PYTEST_NO_TESTS_COLLECTED = 5
 """pytest's exit code when it collected nothing (a wrong path, a -k or -m matching nothing)."""
 
 
-def _pytest_exit_ok(session: nox.Session, *args: str) -> None:
+def _pytest_exit_ok(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> None:
     """Run pytest; a run that collects no test is a failure, not a pass.
 
     nox fails on every non-zero exit already; exit code 5 gets its own message, because
     "no tests ran" after a moved folder or a mistyped filter reads like success otherwise.
     """
     try:
-        _uv_run(session, "pytest", *args, *session.posargs)
+        _uv_run(session, "pytest", *args, *session.posargs, env=env or {})
     except nox.command.CommandFailed as exc:
         if exc.return_code == PYTEST_NO_TESTS_COLLECTED:
             session.error(
@@ -180,6 +180,20 @@ def gateway_acceptance(session: nox.Session) -> None:
     # prometheus: every dashboard panel's query against the stack (test_observe_dashboards.py)
     _uv_run(session, "python", "-m", "kube_agent_sandbox.testing.build", "--with-prometheus")
     _pytest_exit_ok(session, "packages/gateway/tests/acceptance")
+
+
+@nox.session(name="console-screenshots")
+def console_screenshots(session: nox.Session) -> None:
+    """Rewrite docs/observe/img/console-*.png: the web console's browser test, screenshotting.
+
+    Not part of check-generated: pixels differ from run to run (ages, names, timings).
+    """
+    _sync(session)
+    _pytest_exit_ok(
+        session,
+        "packages/gateway/tests/acceptance/test_console_browser.py",
+        env={"CONSOLE_SCREENSHOTS": str(ROOT / "docs" / "observe" / "img")},
+    )
 
 
 @nox.session

@@ -10,6 +10,9 @@ log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 # System packages: containerd/runc/CNI plugins run the real node; iptables and iproute2 its
 # networking; debootstrap builds image root filesystems without a registry.
 APT_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2 debootstrap conntrack socat)
+# Chromium (and a font for its screenshots): the web console's browser tests drive Debian's
+# build through Playwright, which never downloads a browser here.
+APT_PACKAGES+=(chromium fonts-dejavu-core)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -152,6 +152,7 @@ def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> Non
             ("delete", "sandboxclaims.extensions.agents.x-k8s.io"),
             ("patch", "sandboxes.agents.x-k8s.io"),
             ("watch", "pods"),
+            ("list", "events"),  # the web console's details
         }
         denied = {
             ("create", "sandboxes.agents.x-k8s.io"),
@@ -162,11 +163,30 @@ def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> Non
             ("delete", "secrets"),
             ("update", "sandboxwarmpools.extensions.agents.x-k8s.io"),
             ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+            ("create", "events"),
+            ("delete", "events"),
         }
         for verb, resource in allowed | denied:
             answer = cluster.kubectl("auth", "can-i", verb, resource, user, "-A", check=False)
             expected = "yes" if (verb, resource) in allowed else "no"
             assert answer.stdout.strip() == expected, (verb, resource, answer.stdout)
+        # the console reads a pod's log; it can never write to a pod through a subresource
+        for verb, subresource, expected in (
+            ("get", "log", "yes"),
+            ("create", "eviction", "no"),
+            ("patch", "status", "no"),
+        ):
+            answer = cluster.kubectl(
+                "auth",
+                "can-i",
+                verb,
+                "pods",
+                f"--subresource={subresource}",
+                user,
+                "-A",
+                check=False,
+            )
+            assert answer.stdout.strip() == expected, (verb, subresource, answer.stdout)
     finally:
         cluster.kubectl("delete", "clusterrolebinding", name, "--ignore-not-found")
         cluster.kubectl("delete", "clusterrole", name, "--ignore-not-found")

@@ -79,3 +79,14 @@ def test_writes_are_exactly_the_reviewed_ones() -> None:
         for resource in rule.resources:
             granted.setdefault(resource, set()).update(writes & set(rule.verbs))
     assert {r: v for r, v in granted.items() if v} == reviewed
+
+
+def test_the_console_may_read_logs_and_events_only() -> None:
+    """The console's details need ``get pods/log`` and ``list events``, and nothing more."""
+    granted: dict[str, set[str]] = {}
+    for rule in rbacgen.gateway_rules():
+        if "" in rule.api_groups:
+            for resource in rule.resources:
+                granted.setdefault(resource, set()).update(rule.verbs)
+    assert granted["pods/log"] == {"get"}
+    assert granted["events"] == {"list"}

@@ -196,6 +196,11 @@ class ActivityTracker:
         """An explicit sign of life (sandboxd heartbeat, E2B set_timeout or connect)."""
         self._mark(record)
 
+    def last_seen(self, namespace: str, name: str) -> dt.datetime | None:
+        """When this replica last saw activity of the Sandbox ``namespace/name`` (None: never)."""
+        entry = self._entries.get((namespace, name))
+        return None if entry is None else entry.last_seen
+
     def open_streams(self, namespace: str, name: str) -> int:
         """Streams open to the Sandbox ``namespace/name`` (0 when unknown)."""
         entry = self._entries.get((namespace, name))

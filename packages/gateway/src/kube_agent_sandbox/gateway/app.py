@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kube_agent_sandbox.gateway.console.routes import PREFIX as CONSOLE_PREFIX
+from kube_agent_sandbox.gateway.console.routes import console_routes
 from kube_agent_sandbox.gateway.controlplane.routes import control_plane_routes
 from kube_agent_sandbox.gateway.dataplane import responses, signed_urls
 from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
@@ -30,6 +32,7 @@ from kube_agent_sandbox.gateway.dataplane.target import TargetError, host_name, 
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.mcp_endpoint import MCP_PATH, McpDispatch, McpEndpoint
 from kube_agent_sandbox.gateway.metrics import (
+    PLANE_CONSOLE,
     PLANE_CONTROL,
     PLANE_DATA,
     PLANE_MCP,
@@ -153,6 +156,8 @@ def plane_classifier(domain: str | None) -> PlaneOf:
         path = str(scope.get("path", ""))
         if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
             return PLANE_MCP
+        if path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/"):
+            return PLANE_CONSOLE
         return PLANE_CONTROL
 
     return plane_of
@@ -198,7 +203,7 @@ def build_app(state: GatewayState) -> Starlette:
         return e2b_error(500, "internal gateway error", should_retry=False)
 
     app = Starlette(
-        routes=[*control_plane_routes(state), state.metrics.route()],
+        routes=[*control_plane_routes(state), *console_routes(state), state.metrics.route()],
         exception_handlers={Exception: internal_error},
         middleware=[
             Middleware(

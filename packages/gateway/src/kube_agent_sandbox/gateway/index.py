@@ -124,6 +124,7 @@ class SandboxIndex:
         self.pod_address_override = pod_address_override
         self.pod_port_map = dict(pod_port_map or {})
         self._changed = asyncio.Event()
+        self._generation = 0
 
     # -- lookups ----------------------------------------------------------------------------
     def lookup(self, sandbox_id: str, *, namespace: str | None = None) -> SandboxRecord | None:
@@ -153,19 +154,22 @@ class SandboxIndex:
         """The cached SandboxTemplate, or None (not cached, being deleted, or no cache)."""
         return _live(self.templates, namespace, name)
 
+    def pod_of(self, sandbox: Obj) -> Obj | None:
+        """The Sandbox's Pod from the cache (named by annotation, else as the Sandbox), or None."""
+        meta = sandbox["metadata"]
+        pod_name = (meta.get("annotations") or {}).get(c.ANNOTATION_POD_NAME) or meta["name"]
+        pod = self.pods.get(str(meta.get("namespace", "")), pod_name)
+        if pod is not None and pod["metadata"].get("deletionTimestamp"):
+            return None
+        return pod
+
     def record(self, claim: Obj) -> SandboxRecord:
         """Join a claim with its Sandbox and Pod from the caches."""
         meta = claim["metadata"]
         namespace = str(meta.get("namespace", ""))
         bound = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
         sandbox = self.sandboxes.get(namespace, bound) if bound else None
-        pod = None
-        if sandbox is not None:
-            sb_annotations = sandbox["metadata"].get("annotations") or {}
-            pod_name = sb_annotations.get(c.ANNOTATION_POD_NAME) or sandbox["metadata"]["name"]
-            pod = self.pods.get(namespace, pod_name)
-            if pod is not None and pod["metadata"].get("deletionTimestamp"):
-                pod = None
+        pod = self.pod_of(sandbox) if sandbox is not None else None
         suspended = is_suspended(sandbox)
         ready = (
             sandbox is not None
@@ -207,8 +211,22 @@ class SandboxIndex:
     # -- change notification ----------------------------------------------------------------
     def notify(self, *_objs: Any) -> None:
         """Wake everyone waiting in :meth:`wait_for` (informer event handlers call this)."""
+        self._generation += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    @property
+    def generation(self) -> int:
+        """How many changes the caches reported so far (the console's long poll compares it)."""
+        return self._generation
+
+    async def wait_changed(self, generation: int, *, within: float) -> int:
+        """Wait until a change after ``generation`` (or ``within`` seconds); the new generation."""
+        changed = self._changed  # taken before the check, so no change is missed
+        if self._generation == generation:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), within)
+        return self._generation
 
     async def wait_for(
         self,

@@ -1,6 +1,7 @@
 """The gateway's Prometheus metrics and the ASGI middleware that records them.
 
-Every request is counted by plane (``control``, ``data``, ``mcp``), method and status code, and
+Every request is counted by plane (``control``, ``data``, ``mcp``, ``console``: the web console,
+whose long polls would otherwise swamp the control plane's latencies), method and status code, and
 timed to the end of its response body: a streamed command's duration is the stream's. Requests
 still in flight are a gauge per plane; on the data plane these are the open streams (process
 output, file transfers, WebSockets). Resumes caused by traffic or by an E2B connect are counted
@@ -25,6 +26,7 @@ METRICS_PATH: Final = "/metrics"
 PLANE_CONTROL: Final = "control"
 PLANE_DATA: Final = "data"
 PLANE_MCP: Final = "mcp"
+PLANE_CONSOLE: Final = "console"
 RESUME_OK: Final = "ok"
 RESUME_FAILED: Final = "failed"
 RESUME_TIMEOUT: Final = "timeout"
@@ -101,7 +103,7 @@ class GatewayMetrics:
             " with; 0 without TLS.",
             registry=reg,
         )
-        for plane in (PLANE_CONTROL, PLANE_DATA, PLANE_MCP):
+        for plane in (PLANE_CONTROL, PLANE_DATA, PLANE_MCP, PLANE_CONSOLE):
             self.inflight_requests.labels(plane)
         for result in (RESUME_OK, RESUME_FAILED, RESUME_TIMEOUT):
             self.resumes_total.labels(result)

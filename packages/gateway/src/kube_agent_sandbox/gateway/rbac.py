@@ -5,7 +5,8 @@ through informers; it creates, patches and deletes only SandboxClaims, creates a
 warm pool for a template that has none, patches Sandboxes (resume, pause, policy
 annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its claim), creates
 the NetworkPolicy enforcing a sandbox's outbound rules (owned by its Sandbox) and renews
-heartbeat Leases. The data plane's exec fallback runs commands through ``pods/exec``.
+heartbeat Leases. The data plane's exec fallback runs commands through ``pods/exec``; the web
+console reads one sandbox's ``pods/log`` and lists its Events.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule(c.EXTENSIONS_GROUP, "sandboxtemplates", ("get", "list", "watch")),
     rule(c.GROUP, "sandboxes", ("get", "list", "watch", "patch")),
     rule("", "pods", ("get", "list", "watch")),
+    # the web console's details of one sandbox: its Pod's last log lines and recent Events
+    rule("", "pods/log", ("get",)),
+    rule("", "events", ("list",)),
     # the exec fallback (envd over pods/exec for images without a daemon); a WebSocket exec is
     # a GET, authorised as "create" since Kubernetes 1.31 and as "get" before
     rule("", "pods/exec", ("create", "get")),

@@ -187,7 +187,8 @@ class Resumer:
         log.info("sandbox %s resumed", record.sandbox_id)
         return fresh
 
-    def _timeout_seconds(self, record: SandboxRecord) -> int:
+    def timeout_seconds(self, record: SandboxRecord) -> int:
+        """The sandbox's E2B timeout (its annotation, else the gateway's default)."""
         raw = record.annotations.get(ANNOTATION_TIMEOUT)
         try:
             seconds = int(str(raw))
@@ -208,7 +209,7 @@ class Resumer:
                 return  # already running (resumed by someone else): just wait for Ready
             annotations: dict[str, str | None] = {c.ANNOTATION_SUSPENDED_BY: None}
             if c.ANNOTATION_PAUSE_AT in _annotations(sandbox):
-                later = self._wall() + dt.timedelta(seconds=self._timeout_seconds(record))
+                later = self._wall() + dt.timedelta(seconds=self.timeout_seconds(record))
                 annotations[c.ANNOTATION_PAUSE_AT] = _rfc3339(later)
             patch = {
                 "metadata": {
@@ -230,7 +231,7 @@ class Resumer:
 
     async def _push_claim_deadline(self, record: SandboxRecord) -> None:
         """E2B restarts the timeout on resume: move the claim's deadline to now + timeout."""
-        later = self._wall() + dt.timedelta(seconds=self._timeout_seconds(record))
+        later = self._wall() + dt.timedelta(seconds=self.timeout_seconds(record))
         spec = record.claim.get("spec") or {}
         lifecycle = dict(spec.get("lifecycle") or {})
         patch: dict[str, Any] = {}

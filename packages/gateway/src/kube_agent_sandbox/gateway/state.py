@@ -184,7 +184,7 @@ class GatewayState:
             on_update=lambda _old, _new: index.notify(),
             on_delete=index.notify,
         )
-        for name in ("claims", "sandboxes", "pods"):
+        for name in ("claims", "sandboxes", "pods", "warm_pools"):
             self.informers[name].add_event_handler(handler)
 
     async def start(self) -> None:

@@ -80,6 +80,14 @@ def test_an_mcp_path_is_its_own_plane() -> None:
     assert plane_of({"type": "http", "path": "/mcpx", "headers": []}) == "control"
 
 
+def test_the_console_is_its_own_plane() -> None:
+    """Its long polls last up to 25 s: counted with the control plane they would hide it."""
+    plane_of = plane_classifier(None)
+    assert plane_of({"type": "http", "path": "/console/api/state", "headers": []}) == "console"
+    assert plane_of({"type": "http", "path": "/console", "headers": []}) == "console"
+    assert plane_of({"type": "http", "path": "/consoles", "headers": []}) == "control"
+
+
 @pytest.mark.parametrize(
     ("error", "result"),
     [(None, "ok"), (TimeoutError("late"), "timeout"), (LookupError("gone"), "failed")],

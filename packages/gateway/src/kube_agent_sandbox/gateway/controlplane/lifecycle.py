@@ -179,24 +179,33 @@ async def pause(request: Request, state: GatewayState) -> Response:
     if record.sandbox is None:
         return e2b_error(409, f"sandbox {record.sandbox_id} is still starting")
     try:
-        await state.api.patch(
-            SANDBOXES,
-            record.namespace,
-            record.sandbox["metadata"]["name"],
-            {
-                "spec": {"operatingMode": c.OPERATING_MODE_SUSPENDED},
-                "metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}},
-            },
-        )
-        # paused sandboxes do not time out; connect sets a fresh deadline
-        claim_patch: dict[str, Any] = {"metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}}}
-        if (record.claim.get("spec") or {}).get("lifecycle"):
-            claim_patch["spec"] = {"lifecycle": None}
-        await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, claim_patch)
+        await suspend_sandbox(state, record, record.sandbox)
     except ApiError as exc:
         return cluster_error(exc, record.sandbox_id)
-    logger.info("sandbox %s/%s paused", record.namespace, record.sandbox_id)
     return Response(status_code=204)
+
+
+async def suspend_sandbox(state: GatewayState, record: SandboxRecord, sandbox: Obj) -> None:
+    """Suspend the bound ``sandbox`` and drop its E2B deadline (pause; the console's suspend).
+
+    Raises:
+        ApiError: a write failed.
+    """
+    await state.api.patch(
+        SANDBOXES,
+        record.namespace,
+        sandbox["metadata"]["name"],
+        {
+            "spec": {"operatingMode": c.OPERATING_MODE_SUSPENDED},
+            "metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}},
+        },
+    )
+    # paused sandboxes do not time out; connect sets a fresh deadline
+    claim_patch: dict[str, Any] = {"metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}}}
+    if (record.claim.get("spec") or {}).get("lifecycle"):
+        claim_patch["spec"] = {"lifecycle": None}
+    await state.api.patch(SANDBOX_CLAIMS, record.namespace, record.sandbox_id, claim_patch)
+    logger.info("sandbox %s/%s paused", record.namespace, record.sandbox_id)
 
 
 async def kill(request: Request, state: GatewayState) -> Response:
