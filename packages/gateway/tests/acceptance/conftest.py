@@ -150,7 +150,9 @@ def gateway_stack(
             supervisor, "interpreter", [_interpreter_module()], cwd=files
         )
         # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
-        # by their keys, which the cross-tenant test relies on.
+        # by their keys, which the cross-tenant test relies on. The tenant role (env Secrets)
+        # is bound in each tenant namespace only, as docs/guides/gateway.md tells operators.
+        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
         port_map = {ENVD_PORT: envd_port, INTERPRETER_PORT: interpreter_port}
         gateway, url = start_gateway(
             runner,
@@ -159,11 +161,11 @@ def gateway_stack(
             pod_address_override="127.0.0.1",
             port_map=port_map,
             mcp_file_root=str(files),
+            tenants=(namespace, other),
         )
         # An unauthenticated control-plane call is refused.
         assert http_status(f"{url}/v2/sandboxes") == 401
         api_key = create_key(cluster.kubeconfig, namespace)
-        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
         other_key = create_key(cluster.kubeconfig, other)
         cluster.apply(
             [
