@@ -26,6 +26,7 @@ from typing import Any, Final
 import yaml
 
 from kube_agent_sandbox.controller import rbac
+from kube_agent_sandbox.gateway import tenant_rbac
 from kube_agent_sandbox.gateway.rbac import RBAC_RULES, TENANT_RBAC_RULES
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 GATEWAY_ROLE: Final = "agent-sandbox-gateway"
-TENANT_ROLE: Final = "agent-sandbox-gateway-tenant"
+TENANT_ROLE: Final = tenant_rbac.TENANT_ROLE
 ROLE_FILE: Final = "role.generated.yaml"
 COMPONENT_PATH: Final = Path("manifests") / "components" / "gateway"
 HEADER: Final = (

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.gateway import rbacgen
+from kube_agent_sandbox.gateway import rbacgen, tenant_rbac
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
 from kube_agent_sandbox.testing.probes import free_port
@@ -104,8 +104,11 @@ def gateway_identity(
 
 
 def bind_gateway_tenant(runner: ControllerRunner, identity: Identity, tenant: str) -> None:
-    """Make ``tenant`` (an existing namespace) a tenant the gateway may keep env Secrets in."""
-    runner.bind_in_namespace(identity, rbacgen.TENANT_ROLE, tenant)
+    """Make ``tenant`` (an existing namespace) a tenant the gateway may keep env Secrets in.
+
+    The binding ``agent-sandbox-gateway keys create``/``keys bind`` would make there.
+    """
+    runner.bind_in_namespace(identity, rbacgen.TENANT_ROLE, tenant, name=tenant_rbac.BINDING_NAME)
 
 
 def gateway_argv(
