@@ -254,12 +254,18 @@ def start_gateway(
     return process, url
 
 
-def create_key(kubeconfig: Path | str, namespace: str) -> str:
+def create_key(
+    kubeconfig: Path | str, namespace: str, *, gateway_namespace: str | None = None
+) -> str:
     """A tenant API key made with ``agent-sandbox-gateway keys create`` (as a user would).
+
+    The command also binds the gateway's tenant role in ``namespace``.
 
     Args:
         kubeconfig: Admin kubeconfig.
         namespace: The tenant's namespace.
+        gateway_namespace: Namespace of the gateway's ServiceAccount (the command's default,
+            ``agent-sandbox-system``, if None).
 
     Returns:
         The key (``e2b_`` and 40 hex digits).
@@ -271,6 +277,7 @@ def create_key(kubeconfig: Path | str, namespace: str) -> str:
             "create",
             f"--namespace={namespace}",
             f"--kubeconfig={kubeconfig}",
+            *([f"--gateway-namespace={gateway_namespace}"] if gateway_namespace else []),
         ],
         capture_output=True,
         text=True,
