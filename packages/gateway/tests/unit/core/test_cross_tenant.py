@@ -10,7 +10,6 @@ traffic (a paused sandbox of B must not be resumed by A's traffic).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -173,11 +172,12 @@ async def test_traffic_with_another_sandboxs_token_does_not_resume_a_paused_one(
     a, b = await _pair(gw)
     name = _suspend_by_idle(gw, b.sandbox_id, OTHER)
     await gw.api.delete(PODS, OTHER, name)
-    for _ in range(200):
-        record = gw.state.index.lookup(b.sandbox_id)
-        if record is not None and record.suspended and record.pod is None:
-            break
-        await asyncio.sleep(0.01)
+    record = await gw.state.index.wait_for(
+        b.sandbox_id,
+        lambda r: r is not None and r.suspended and r.pod is None,
+        namespace=OTHER,
+        within=5,
+    )
     assert record is not None
     assert auto_resumable(record)  # B's own traffic would resume it
     for port, credentials in (
@@ -194,7 +194,8 @@ async def test_traffic_with_another_sandboxs_token_does_not_resume_a_paused_one(
         "/files", params={"path": "/x", "signature": signature}, headers=route(b.sandbox_id, ENVD)
     )
     assert signed.status_code == 401
-    await asyncio.sleep(0.05)
+    # a resume starts (and patches) before an answer goes out: none was ever started
+    assert gw.state.resumer.attempts == 0
     sandbox = gw.api.obj(SANDBOXES, name, OTHER)
     assert sandbox is not None
     assert sandbox["spec"]["operatingMode"] == c.OPERATING_MODE_SUSPENDED
