@@ -11,9 +11,9 @@ Secrets are split off (issue 21): the cluster-wide role (:data:`RBAC_RULES`) may
 watch Secrets, which its API-key informer needs (label-selected, but RBAC cannot restrict a
 list by label); it can neither ``get`` a Secret by name nor create one. Reading and creating
 the ``<id>-env`` Secrets is :data:`TENANT_RBAC_RULES`, a ClusterRole bound with a RoleBinding
-in each tenant namespace, so a namespace nobody bound it in gets no Secret written by the
-gateway (a ``kubernetes.io/service-account-token`` Secret would mint a token of any
-ServiceAccount there).
+in each tenant namespace (by ``agent-sandbox-gateway keys create``: :mod:`.tenant_rbac`), so a
+namespace nobody made a tenant gets no Secret written by the gateway (a
+``kubernetes.io/service-account-token`` Secret would mint a token of any ServiceAccount there).
 """
 
 from __future__ import annotations
