@@ -116,8 +116,9 @@ async def store_env(api: Client, claim: Obj, env_vars: Mapping[str, str]) -> Non
     await create_owned(api, SECRETS, claim["metadata"]["namespace"], env_secret(claim, env_vars))
 
 
-async def load_env(api: Client, claim: Obj) -> dict[str, str]:
-    """The kept environment of ``claim``'s sandbox (``{}`` when it was created without one).
+async def load_env(api: Client, namespace: str, claim: Obj) -> dict[str, str]:
+    """The kept environment of ``claim``'s sandbox in ``namespace`` (``{}`` when it was
+    created without one).
 
     Claims from before :data:`ANNOTATION_ENV_KEPT` existed do not say whether they have an
     environment: a missing Secret means none, but an unreadable one is still an error.
@@ -126,7 +127,7 @@ async def load_env(api: Client, claim: Obj) -> dict[str, str]:
         EnvNotRestored: the claim has a kept environment (or may have one) that cannot be read.
     """
     meta = claim["metadata"]
-    namespace, sandbox_id = meta["namespace"], meta["name"]
+    sandbox_id = meta["name"]
     annotations = meta.get("annotations") or {}
     kept = annotations.get(ANNOTATION_ENV_KEPT)
     if kept == "false":

@@ -175,7 +175,7 @@ class Resumer:
     async def _attempt(self, record: SandboxRecord) -> SandboxRecord:
         # read before the pod starts: a sandbox whose environment is unreadable stays paused
         try:
-            env_vars = await load_env(self.state.api, record.claim)
+            env_vars = await load_env(self.state.api, record.namespace, record.claim)
         except EnvNotRestored as err:
             log.error("%s: not resumed", err)
             if self.metrics is not None:

@@ -308,12 +308,14 @@ async def test_env_vars_are_kept_in_a_claim_owned_secret_for_reinits(gateway: Ga
     record = gateway.state.index.lookup(sid)
     assert record is not None
     # what a resume re-inits a new pod with
-    assert await gateway.state.init_sandbox(record, env_vars=await load_env(gateway.api, claim))
+    assert await gateway.state.init_sandbox(
+        record, env_vars=await load_env(gateway.api, TENANT, claim)
+    )
     assert inits[-1]["envVars"] == {"TOKEN": "s3cret"}
     # without envVars no Secret is written, and the claim says none is needed
     plain = await _create(gateway)
     assert gateway.api.obj(SECRETS, f"{plain}-env", TENANT) is None
-    assert await load_env(gateway.api, claim_of(gateway.api, plain)) == {}
+    assert await load_env(gateway.api, TENANT, claim_of(gateway.api, plain)) == {}
     await gateway.state.http.aclose()
 
 

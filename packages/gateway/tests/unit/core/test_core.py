@@ -372,15 +372,15 @@ async def test_a_kept_environment_is_restored_or_the_resume_fails(
         claim["metadata"]["annotations"] = {ANNOTATION_ENV_KEPT: kept}
     api = _SecretsRefusing(status, env_secret(claim, {"A": "1"}))
     if isinstance(restored, dict):
-        assert await load_env(api, claim) == restored  # type: ignore[arg-type]
+        assert await load_env(api, "ns", claim) == restored  # type: ignore[arg-type]
     else:
         with pytest.raises(EnvNotRestored, match="abc: its envVars cannot be restored") as err:
-            await load_env(api, claim)  # type: ignore[arg-type]
+            await load_env(api, "ns", claim)  # type: ignore[arg-type]
         assert restored in str(err.value)
     assert api.reads == (0 if kept == "false" else 1)
 
 
 async def test_a_secret_without_an_environment_is_not_restored_as_empty() -> None:
-    claim = {"metadata": {"name": "abc", "namespace": "ns", "annotations": {}}}
+    claim = {"metadata": {"name": "abc", "annotations": {}}}
     with pytest.raises(EnvNotRestored, match="holds no envVars"):
-        await load_env(_SecretsRefusing(None, {"data": {}}), claim)  # type: ignore[arg-type]
+        await load_env(_SecretsRefusing(None, {"data": {}}), "ns", claim)  # type: ignore[arg-type]
