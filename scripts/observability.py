@@ -343,6 +343,19 @@ GATEWAY = Dashboard(
                     ),
                     "Suspended sandboxes brought back by traffic or an E2B connect.",
                 ),
+                Panel(
+                    "envVars not kept or not restored",
+                    "short",
+                    (
+                        Query(
+                            "sum by (operation) "
+                            f"(increase(agent_sandbox_gateway_env_failures_total[{WINDOW}]))",
+                            "{{operation}}",
+                        ),
+                    ),
+                    "Creates refused (store) and resumes refused (restore) because the "
+                    "gateway could not write or read a sandbox's envVars Secret.",
+                ),
             ),
         ),
     ),
@@ -398,6 +411,15 @@ ALERTS = (
         "critical",
         "No Agent Sandbox controller replica leads",
         "Replicas run but none has held the leader Lease for 5 minutes: nothing reconciles.",
+    ),
+    Alert(
+        "AgentSandboxGatewayEnvFailures",
+        "sum by (operation) (increase(agent_sandbox_gateway_env_failures_total[10m])) > 0",
+        "5m",
+        "warning",
+        "The gateway cannot {{ $labels.operation }} sandboxes' envVars",
+        "Creates with envVars fail (store) or paused sandboxes are not resumed (restore), "
+        "typically because the gateway's tenant role is not bound in their namespace.",
     ),
 )
 

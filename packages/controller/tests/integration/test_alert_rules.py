@@ -112,6 +112,21 @@ CASES: dict[str, tuple[list[dict[str, str]], dict[str, str], list[dict[str, str]
             }
         ],
     ),
+    "AgentSandboxGatewayEnvFailures": (
+        [
+            {
+                "series": 'agent_sandbox_gateway_env_failures_total{operation="restore"}',
+                "values": "0+1x60",
+            }
+        ],
+        {"operation": "restore"},
+        [
+            {
+                "series": 'agent_sandbox_gateway_env_failures_total{operation="restore"}',
+                "values": "0x60",
+            }
+        ],
+    ),
     "AgentSandboxNoLeader": (
         [
             {"series": f'leader_election_master_status{{{LEASE},pod="a"}}', "values": "0x60"},

@@ -221,6 +221,7 @@ def test_service_monitor_and_prometheus_rule(helm: Helm) -> None:
         "AgentSandboxClaimsNotReady",
         "AgentSandboxReconcileErrors",
         "AgentSandboxNoLeader",
+        "AgentSandboxGatewayEnvFailures",
     ]
 
 

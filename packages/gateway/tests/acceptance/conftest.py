@@ -150,7 +150,9 @@ def gateway_stack(
             supervisor, "interpreter", [_interpreter_module()], cwd=files
         )
         # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
-        # by their keys, which the cross-tenant test relies on.
+        # by their keys, which the cross-tenant test relies on. The tenant role (env Secrets)
+        # is bound in each tenant namespace only, by `keys create` (docs/guides/gateway.md).
+        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
         port_map = {ENVD_PORT: envd_port, INTERPRETER_PORT: interpreter_port}
         gateway, url = start_gateway(
             runner,
@@ -159,12 +161,12 @@ def gateway_stack(
             pod_address_override="127.0.0.1",
             port_map=port_map,
             mcp_file_root=str(files),
+            tenants=(),
         )
         # An unauthenticated control-plane call is refused.
         assert http_status(f"{url}/v2/sandboxes") == 401
-        api_key = create_key(cluster.kubeconfig, namespace)
-        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
-        other_key = create_key(cluster.kubeconfig, other)
+        api_key = create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
+        other_key = create_key(cluster.kubeconfig, other, gateway_namespace=namespace)
         cluster.apply(
             [
                 obj
@@ -236,6 +238,7 @@ def hostname_gateway(
         tls=(cert, key),
         cafile=ca_file,
         name="gateway-tls",
+        tenants=(),  # `keys create` bound the tenant role (gateway_stack)
     )
     gateway_stack.extra_logs.append(process)
     assert url.startswith("https://127.0.0.1:")

@@ -49,9 +49,10 @@ def _cluster_role(name: str, rules: Sequence[rbac.PolicyRule]) -> dict[str, Any]
 
 
 def start_controllers(
-    runner: ControllerRunner, *, rootpath: Path, namespace: str
+    runner: ControllerRunner, *, rootpath: Path, namespace: str, name: str = "controllers"
 ) -> RunningController:
-    """The Sandbox and extension controllers, scoped to ``namespace``, as their own identity."""
+    """The Sandbox and extension controllers, scoped to ``namespace``, as their own identity
+    (``name``: the runner's process name, unique per runner)."""
     declared: list[rbac.PolicyRule] = []
     for name in EXTENSIONS:
         declared.extend(
@@ -81,7 +82,7 @@ def start_controllers(
                     await result
             await manager.run()
 
-    return runner.start(run, identity=identity, name="controllers")
+    return runner.start(run, identity=identity, name=name)
 
 
 class ServerThread:
@@ -133,13 +134,24 @@ class GatewayStack:
         self.sandboxd.stop()
 
 
-def start_gateway(runner: ControllerRunner, *, namespace: str, secret_file: Path) -> GatewayStack:
-    """The gateway (all namespaces) as its own ServiceAccount, plus a local sandboxd."""
+def start_gateway(
+    runner: ControllerRunner,
+    *,
+    namespace: str,
+    secret_file: Path,
+    tenants: Sequence[str] | None = None,
+    domain: str | None = None,
+) -> GatewayStack:
+    """The gateway (all namespaces) as its own ServiceAccount, plus a local sandboxd.
+
+    Its tenant role is bound in ``tenants`` (``namespace`` if None), as ``keys create`` does.
+    """
     from kube_agent_sandbox.sandboxd.app import build_app as build_daemon
 
     sandboxd = ServerThread(build_daemon(), name="sandboxd")
-    identity = gateway_identity(runner, namespace=namespace)
+    identity = gateway_identity(runner, namespace=namespace, tenants=tenants)
     options = GatewayOptions(
+        domain=domain,
         listen="127.0.0.1:0",
         kubeconfig=str(identity.kubeconfig),
         hmac_secret_file=str(secret_file),

@@ -131,6 +131,15 @@ def test_service_and_least_privilege_role(cluster: ClusterAccess) -> None:
     ]
     role = objects[("ClusterRole", "agent-sandbox-gateway")]
     assert normalize_manifest_rules(role["rules"]) == rbacgen.gateway_rules()
+    # the tenant role ships unbound: operators bind it per tenant namespace
+    tenant = objects[("ClusterRole", "agent-sandbox-gateway-tenant")]
+    assert normalize_manifest_rules(tenant["rules"]) == rbacgen.tenant_rules()
+    assert not [
+        obj
+        for (kind, _), obj in objects.items()
+        if kind in ("ClusterRoleBinding", "RoleBinding")
+        and obj["roleRef"]["name"] == "agent-sandbox-gateway-tenant"
+    ]
 
 
 def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> None:
@@ -159,6 +168,8 @@ def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> Non
             ("delete", "sandboxes.agents.x-k8s.io"),
             ("create", "pods"),
             ("delete", "nodes"),
+            ("create", "secrets"),
+            ("get", "secrets"),
             ("update", "secrets"),
             ("delete", "secrets"),
             ("update", "sandboxwarmpools.extensions.agents.x-k8s.io"),

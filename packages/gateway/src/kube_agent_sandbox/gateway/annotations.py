@@ -67,3 +67,7 @@ RESERVED_METADATA_PREFIX: Final = f"{PROJECT_PREFIX}/"
 
 LABEL_ENV_SECRET: Final = f"{PROJECT_PREFIX}/gateway-env"
 """On the Secret (owned by the claim) keeping a sandbox's ``envVars`` for re-inits."""
+
+ANNOTATION_ENV_KEPT: Final = f"{PROJECT_PREFIX}/gateway-env-kept"
+"""On a claim created with ``envVars``: its ``<id>-env`` Secret must exist (a resume without it
+fails instead of starting the pod with no environment)."""

@@ -6,7 +6,9 @@ reloaded when the files change: :class:`~.tls.CertificateReloader`). With ``--ht
 under hypercorn instead, which speaks HTTP/2 as well as HTTP/1.1: h2 over TLS (ALPN) and h2c
 with prior knowledge (or an ``Upgrade: h2c`` without a body) over plain HTTP.
 ``keys create|list|revoke --namespace NS`` manages a tenant's API keys: a new key is written
-to standard output once (only its SHA-256 is stored) and never logged.
+to standard output once (only its SHA-256 is stored) and never logged. ``keys create`` also
+binds the gateway's tenant role in the namespace (:mod:`.tenant_rbac`), which ``keys bind``
+does alone (namespaces whose keys predate it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, load_config
-from kube_agent_sandbox.gateway import tenants, tracing
+from kube_agent_sandbox.gateway import tenant_rbac, tenants, tracing
 from kube_agent_sandbox.gateway.config import (
     DEFAULT_CREATE_TIMEOUT_SECONDS,
     DEFAULT_LISTEN,
@@ -131,12 +133,29 @@ def build_parser() -> argparse.ArgumentParser:
         ("create", "create a key (printed once)"),
         ("list", "list key ids"),
         ("revoke", "revoke a key"),
+        ("bind", "bind the gateway's tenant role in the namespace (create does it too)"),
     ):
         cmd = keys_sub.add_parser(name, help=text)
         cmd.add_argument("--namespace", required=True, help="the tenant namespace")
         cmd.add_argument("--kubeconfig", default=None)
         if name == "create":
             cmd.add_argument("--name", default="", help="a human-readable name")
+            cmd.add_argument(
+                "--no-bind",
+                action="store_true",
+                help="do not bind the tenant role (you bind the gateway's rights yourself)",
+            )
+        if name in ("create", "bind"):
+            cmd.add_argument(
+                "--gateway-namespace",
+                default=tenant_rbac.DEFAULT_GATEWAY_NAMESPACE,
+                help="namespace of the gateway's ServiceAccount",
+            )
+            cmd.add_argument(
+                "--gateway-service-account",
+                default=tenant_rbac.DEFAULT_SERVICE_ACCOUNT,
+                help="the gateway's ServiceAccount",
+            )
         if name == "revoke":
             cmd.add_argument("key", help="the key itself or its 12-hex-digit id")
     return parser
@@ -295,9 +314,31 @@ async def serve_hypercorn(
             await reloader.stop()
 
 
+async def _bind(api: ApiClient, args: argparse.Namespace) -> None:
+    bound = await tenant_rbac.bind_tenant(
+        api,
+        args.namespace,
+        gateway_namespace=args.gateway_namespace,
+        service_account=args.gateway_service_account,
+    )
+    logger.info(
+        "tenant role %s to %s/%s in namespace %s",
+        "bound" if bound else "already bound",
+        args.gateway_namespace,
+        args.gateway_service_account,
+        args.namespace,
+    )
+
+
 async def _keys(args: argparse.Namespace) -> int:
     async with ApiClient(load_config(args.kubeconfig)) as api:
+        if args.keys_command == "bind":
+            await _bind(api, args)
+            return 0
         if args.keys_command == "create":
+            # bound first: a key is never handed out for a namespace the gateway cannot serve
+            if not args.no_bind:
+                await _bind(api, args)
             key, info = await tenants.create_key(api, args.namespace, name=args.name)
             logger.info("created API key %s in namespace %s", info.key_id, info.namespace)
             sys.stdout.write(f"{key}\n")

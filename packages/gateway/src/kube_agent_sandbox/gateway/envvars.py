@@ -6,6 +6,13 @@ A create's environment never goes into ``claim.spec.env`` (that forces a cold st
 resumed sandbox gets a new pod whose daemon needs the variables again. They may hold
 secrets, so they go into a Secret ``<sandbox id>-env`` owned by the claim (garbage-collected
 with it), never into annotations; the gateway reads it back when it re-initialises a pod.
+
+Neither step may lose the environment silently (issue 21: the gateway may lack the tenant
+role that grants ``get``/``create`` on Secrets in a namespace). :func:`store_env` raises, so
+the create fails; a claim created with ``envVars`` says so (:data:`ANNOTATION_ENV_KEPT`), and
+:func:`load_env` raises :class:`EnvNotRestored` when that Secret cannot be read, so a resume
+fails before it starts a pod without its environment. Both are counted
+(``agent_sandbox_gateway_env_failures_total``) and logged.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Final
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
-from kube_agent_sandbox.gateway.annotations import LABEL_ENV_SECRET
+from kube_agent_sandbox.gateway.annotations import ANNOTATION_ENV_KEPT, LABEL_ENV_SECRET
 from kube_agent_sandbox.gateway.owned import create_owned
 
 logger = logging.getLogger(__name__)
@@ -74,32 +81,65 @@ def decode_env(secret: Obj) -> dict[str, str] | None:
     return value
 
 
-async def store_env(api: Client, claim: Obj, env_vars: Mapping[str, str]) -> bool:
-    """Keep ``env_vars`` for later re-inits (nothing to do when empty); False on failure.
+class EnvNotRestored(RuntimeError):
+    """A sandbox's kept environment cannot be read: it must not start without it."""
+
+    def __init__(self, sandbox_id: str, reason: str, error: ApiError | None = None) -> None:
+        super().__init__(f"sandbox {sandbox_id}: its envVars cannot be restored: {reason}")
+        self.sandbox_id = sandbox_id
+        self.error = error
+
+
+def _forbidden_hint(namespace: str) -> str:
+    return (
+        f"the gateway may not read or create Secrets in namespace {namespace}; bind its tenant"
+        f" role there: agent-sandbox-gateway keys bind --namespace {namespace}"
+    )
+
+
+def describe_failure(namespace: str, exc: ApiError) -> str:
+    """Why keeping or reading an env Secret failed, with the fix when it is a missing right."""
+    return _forbidden_hint(namespace) if exc.status == 403 else exc.message
+
+
+async def store_env(api: Client, claim: Obj, env_vars: Mapping[str, str]) -> None:
+    """Keep ``env_vars`` for later re-inits (nothing to do when empty).
 
     A Secret of that name owned by this claim counts (a joined create); one left by an earlier
     sandbox of the same id (owned by its gone claim) is replaced.
+
+    Raises:
+        ApiError: the API server refused (403: the tenant role is not bound there).
     """
     if not env_vars:
-        return True
-    try:
-        await create_owned(
-            api, SECRETS, claim["metadata"]["namespace"], env_secret(claim, env_vars)
-        )
-    except ApiError as exc:
-        logger.warning(
-            "sandbox %s: environment not kept for resumes: %s", claim["metadata"]["name"], exc
-        )
-        return False
-    return True
+        return
+    await create_owned(api, SECRETS, claim["metadata"]["namespace"], env_secret(claim, env_vars))
 
 
-async def load_env(api: Client, namespace: str, sandbox_id: str) -> dict[str, str]:
-    """The kept environment of a sandbox (``{}`` when none was kept or it is unreadable)."""
+async def load_env(api: Client, namespace: str, claim: Obj) -> dict[str, str]:
+    """The kept environment of ``claim``'s sandbox in ``namespace`` (``{}`` when it was
+    created without one).
+
+    Claims from before :data:`ANNOTATION_ENV_KEPT` existed do not say whether they have an
+    environment: a missing Secret means none, but an unreadable one is still an error.
+
+    Raises:
+        EnvNotRestored: the claim has a kept environment (or may have one) that cannot be read.
+    """
+    meta = claim["metadata"]
+    sandbox_id = meta["name"]
+    annotations = meta.get("annotations") or {}
+    kept = annotations.get(ANNOTATION_ENV_KEPT)
+    if kept == "false":
+        return {}
     try:
         secret = await api.get(SECRETS, namespace, env_secret_name(sandbox_id))
     except ApiError as exc:
-        if not exc.not_found:
-            logger.warning("sandbox %s: environment not readable: %s", sandbox_id, exc)
-        return {}
-    return decode_env(secret) or {}
+        if exc.not_found and kept is None:
+            return {}
+        reason = "its Secret is gone" if exc.not_found else describe_failure(namespace, exc)
+        raise EnvNotRestored(sandbox_id, reason, exc) from exc
+    env = decode_env(secret)
+    if env is None:
+        raise EnvNotRestored(sandbox_id, f"Secret {env_secret_name(sandbox_id)} holds no envVars")
+    return env

@@ -30,6 +30,8 @@ PLANE_CONSOLE: Final = "console"
 RESUME_OK: Final = "ok"
 RESUME_FAILED: Final = "failed"
 RESUME_TIMEOUT: Final = "timeout"
+ENV_STORE: Final = "store"
+ENV_RESTORE: Final = "restore"
 TLS_RELOAD_OK: Final = "ok"
 TLS_RELOAD_FAILED: Final = "failed"
 # From a 5 ms control-plane read to a two-minute stream of command output.
@@ -90,6 +92,13 @@ class GatewayMetrics:
             ["result"],
             registry=reg,
         )
+        self.env_failures_total = Counter(
+            "agent_sandbox_gateway_env_failures",
+            "Sandbox envVars the gateway could not keep (store: the create failed) or read back"
+            " (restore: the resume failed), e.g. without its tenant role in the namespace.",
+            ["operation"],
+            registry=reg,
+        )
         self.tls_reloads_total = Counter(
             "agent_sandbox_gateway_tls_certificate_reloads",
             "Changes of the TLS certificate files seen by the gateway, by result (ok: now"
@@ -107,6 +116,8 @@ class GatewayMetrics:
             self.inflight_requests.labels(plane)
         for result in (RESUME_OK, RESUME_FAILED, RESUME_TIMEOUT):
             self.resumes_total.labels(result)
+        for operation in (ENV_STORE, ENV_RESTORE):
+            self.env_failures_total.labels(operation)
         for result in (TLS_RELOAD_OK, TLS_RELOAD_FAILED):
             self.tls_reloads_total.labels(result)
 

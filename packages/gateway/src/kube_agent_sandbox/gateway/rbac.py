@@ -7,6 +7,14 @@ annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its c
 the NetworkPolicy enforcing a sandbox's outbound rules (owned by its Sandbox) and renews
 heartbeat Leases. The data plane's exec fallback runs commands through ``pods/exec``; the web
 console reads one sandbox's ``pods/log`` and lists its Events.
+
+Secrets are split off (issue 21): the cluster-wide role (:data:`RBAC_RULES`) may only list and
+watch Secrets, which its API-key informer needs (label-selected, but RBAC cannot restrict a
+list by label); it can neither ``get`` a Secret by name nor create one. Reading and creating
+the ``<id>-env`` Secrets is :data:`TENANT_RBAC_RULES`, a ClusterRole bound with a RoleBinding
+in each tenant namespace (by ``agent-sandbox-gateway keys create``: :mod:`.tenant_rbac`), so a
+namespace nobody made a tenant gets no Secret written by the gateway (a
+``kubernetes.io/service-account-token`` Secret would mint a token of any ServiceAccount there).
 """
 
 from __future__ import annotations
@@ -32,9 +40,19 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     # the exec fallback (envd over pods/exec for images without a daemon); a WebSocket exec is
     # a GET, authorised as "create" since Kubernetes 1.31 and as "get" before
     rule("", "pods/exec", ("create", "get")),
-    rule("", "secrets", ("get", "list", "watch", "create")),
+    # the API-key informer (label-selected; RBAC cannot narrow a list by label): no get/create
+    rule("", "secrets", ("list", "watch")),
     # the NetworkPolicy of a sandbox's E2B outbound rules (garbage-collected with its Sandbox)
     rule("networking.k8s.io", "networkpolicies", ("create",)),
     rule("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
-"""The gateway's ClusterRole rules (bind with a RoleBinding per tenant namespace to scope it)."""
+"""The gateway's cluster-wide ClusterRole rules (bind with a RoleBinding per tenant namespace
+instead of the ClusterRoleBinding to scope it further)."""
+
+TENANT_RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
+    # a sandbox's envVars: the ``<id>-env`` Secret, created with the claim and read back for
+    # the /init of a resumed pod (owned by the claim); names are per sandbox, so no
+    # resourceNames (and Kubernetes cannot restrict a create by name)
+    rule("", "secrets", ("get", "create")),
+)
+"""The rules of the tenant ClusterRole, bound by a RoleBinding in each tenant namespace."""

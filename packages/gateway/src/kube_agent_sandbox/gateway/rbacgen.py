@@ -6,7 +6,9 @@ writes them into the kustomize component, so the deployed role grants exactly wh
 uses and a new permission shows up as a stale generated file rather than a 403 in production:
 
 ``python -m kube_agent_sandbox.gateway.rbacgen`` writes
-``manifests/components/gateway/role.generated.yaml`` (ClusterRole ``agent-sandbox-gateway``);
+``manifests/components/gateway/role.generated.yaml``: ClusterRole ``agent-sandbox-gateway``
+(bound cluster-wide: no Secret but list/watch for the API-key informer) and ClusterRole
+``agent-sandbox-gateway-tenant`` (the ``<id>-env`` Secrets: bound per tenant namespace);
 ``--check`` writes nothing and exits 1 when that file is missing or stale (``nox -s
 check-generated``). Output is deterministic: same declarations, same bytes.
 """
@@ -24,13 +26,25 @@ from typing import Any, Final
 import yaml
 
 from kube_agent_sandbox.controller import rbac
-from kube_agent_sandbox.gateway.rbac import RBAC_RULES
+from kube_agent_sandbox.gateway import tenant_rbac
+from kube_agent_sandbox.gateway.rbac import RBAC_RULES, TENANT_RBAC_RULES
 
-__all__ = ["GATEWAY_ROLE", "ROLE_FILE", "find_component_dir", "gateway_rules", "main", "render"]
+__all__ = [
+    "GATEWAY_ROLE",
+    "ROLE_FILE",
+    "TENANT_ROLE",
+    "cluster_roles",
+    "find_component_dir",
+    "gateway_rules",
+    "main",
+    "render",
+    "tenant_rules",
+]
 
 logger = logging.getLogger(__name__)
 
 GATEWAY_ROLE: Final = "agent-sandbox-gateway"
+TENANT_ROLE: Final = tenant_rbac.TENANT_ROLE
 ROLE_FILE: Final = "role.generated.yaml"
 COMPONENT_PATH: Final = Path("manifests") / "components" / "gateway"
 HEADER: Final = (
@@ -44,23 +58,48 @@ def gateway_rules() -> list[rbac.PolicyRule]:
     return rbac.normalize_rules(RBAC_RULES)
 
 
-def render(rules: Iterable[rbac.PolicyRule]) -> str:
-    """The ClusterRole document for ``rules``.
+def tenant_rules() -> list[rbac.PolicyRule]:
+    """The tenant ClusterRole's rules (bound per tenant namespace), merged and sorted."""
+    return rbac.normalize_rules(TENANT_RBAC_RULES)
+
+
+def _cluster_role(name: str, rules: Iterable[rbac.PolicyRule]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {"app": GATEWAY_ROLE}},
+        "rules": [r.to_dict() for r in rules],
+    }
+
+
+def cluster_roles(
+    rules: Iterable[rbac.PolicyRule] | None = None,
+    tenant: Iterable[rbac.PolicyRule] | None = None,
+) -> list[dict[str, Any]]:
+    """The two ClusterRoles: the gateway's (cluster-wide) and the tenant one."""
+    return [
+        _cluster_role(GATEWAY_ROLE, gateway_rules() if rules is None else rules),
+        _cluster_role(TENANT_ROLE, tenant_rules() if tenant is None else tenant),
+    ]
+
+
+def render(
+    rules: Iterable[rbac.PolicyRule] | None = None,
+    tenant: Iterable[rbac.PolicyRule] | None = None,
+) -> str:
+    """The ClusterRole documents: the gateway's and the tenant role.
 
     Args:
-        rules: The (normalized) rules.
+        rules: The (normalized) cluster-wide rules; the declared ones if None.
+        tenant: The (normalized) tenant rules; the declared ones if None.
 
     Returns:
         The file's text, header included.
     """
-    role: dict[str, Any] = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": GATEWAY_ROLE, "labels": {"app": GATEWAY_ROLE}},
-        "rules": [r.to_dict() for r in rules],
-    }
-    body = yaml.safe_dump(role, sort_keys=False, default_flow_style=False, width=100)
-    return HEADER + "---\n" + body
+    return HEADER + "".join(
+        "---\n" + yaml.safe_dump(role, sort_keys=False, default_flow_style=False, width=100)
+        for role in cluster_roles(rules, tenant)
+    )
 
 
 def find_component_dir(start: Path | None = None) -> Path:
@@ -95,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     target = (args.output_dir or find_component_dir()) / ROLE_FILE
-    content = render(gateway_rules())
+    content = render()
     current = target.read_text(encoding="utf-8") if target.is_file() else None
     if args.check:
         if current == content:

@@ -23,8 +23,9 @@ from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj
 from kube_agent_sandbox.gateway.activity import KeepAlive
 from kube_agent_sandbox.gateway.annotations import ANNOTATION_TIMEOUT
+from kube_agent_sandbox.gateway.envvars import EnvNotRestored, load_env
 from kube_agent_sandbox.gateway.index import SandboxIndex, SandboxRecord
-from kube_agent_sandbox.gateway.metrics import GatewayMetrics
+from kube_agent_sandbox.gateway.metrics import ENV_RESTORE, GatewayMetrics
 
 __all__ = [
     "RESUMABLE_BY",
@@ -100,7 +101,7 @@ class ResumerState(Protocol):
         """Activity accounting: a resume renews the heartbeat Lease."""
         ...
 
-    async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str] | None) -> bool:
+    async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str]) -> bool:
         """``POST /init`` to the sandbox's daemon."""
         ...
 
@@ -172,6 +173,14 @@ class Resumer:
             log.info("sandbox %s: resume failed: %s", key[1], task.exception())
 
     async def _attempt(self, record: SandboxRecord) -> SandboxRecord:
+        # read before the pod starts: a sandbox whose environment is unreadable stays paused
+        try:
+            env_vars = await load_env(self.state.api, record.namespace, record.claim)
+        except EnvNotRestored as err:
+            log.error("%s: not resumed", err)
+            if self.metrics is not None:
+                self.metrics.env_failures_total.labels(ENV_RESTORE).inc()
+            raise
         await self._set_running(record)
         await self._push_claim_deadline(record)
         fresh = await self.state.index.wait_for(
@@ -182,7 +191,7 @@ class Resumer:
         )
         if fresh is None:
             raise LookupError(f"sandbox {record.sandbox_id} was deleted while resuming")
-        await self.state.init_sandbox(fresh, env_vars=None)
+        await self.state.init_sandbox(fresh, env_vars=env_vars)
         self.state.activity.keepalive(fresh)
         log.info("sandbox %s resumed", record.sandbox_id)
         return fresh

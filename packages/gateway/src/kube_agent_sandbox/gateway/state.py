@@ -50,7 +50,6 @@ from kube_agent_sandbox.gateway.activity import ActivityTracker
 from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, init_daemon
-from kube_agent_sandbox.gateway.envvars import load_env
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
 from kube_agent_sandbox.gateway.metrics import GatewayMetrics
 from kube_agent_sandbox.gateway.overdue_pause import OverduePauses
@@ -243,10 +242,10 @@ class GatewayState:
                 yield sandbox
 
     # -- shared operations ------------------------------------------------------------------
-    async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str] | None) -> bool:
+    async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str]) -> bool:
         """``POST /init`` to the sandbox's daemon (best effort); True if it answered.
 
-        ``env_vars`` None means "the environment kept at create" (re-init of a new pod).
+        A resume passes the environment kept at create (:func:`~.envvars.load_env`).
 
         A daemon that cannot be reached (no daemon in the image, kwok pods) is logged, not
         fatal: the exec fallback serves such sandboxes.
@@ -255,8 +254,6 @@ class GatewayState:
         if address is None:
             logger.warning("sandbox %s has no pod address: /init skipped", record.sandbox_id)
             return False
-        if env_vars is None:  # a new pod of an existing sandbox: the kept environment
-            env_vars = await load_env(self.api, record.namespace, record.sandbox_id)
         try:
             await init_daemon(
                 address,

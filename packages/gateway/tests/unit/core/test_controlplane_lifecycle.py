@@ -21,7 +21,7 @@ from kube_agent_sandbox.api.resources import (
 from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import ApiError
 from kube_agent_sandbox.gateway.controlplane.models import parse_time
-from kube_agent_sandbox.gateway.envvars import decode_env
+from kube_agent_sandbox.gateway.envvars import decode_env, load_env
 
 
 async def test_get_detail(gateway: Gateway) -> None:
@@ -307,11 +307,15 @@ async def test_env_vars_are_kept_in_a_claim_owned_secret_for_reinits(gateway: Ga
     assert "s3cret" not in json.dumps(claim)
     record = gateway.state.index.lookup(sid)
     assert record is not None
-    assert await gateway.state.init_sandbox(record, env_vars=None)
+    # what a resume re-inits a new pod with
+    assert await gateway.state.init_sandbox(
+        record, env_vars=await load_env(gateway.api, TENANT, claim)
+    )
     assert inits[-1]["envVars"] == {"TOKEN": "s3cret"}
-    # without envVars no Secret is written
+    # without envVars no Secret is written, and the claim says none is needed
     plain = await _create(gateway)
     assert gateway.api.obj(SECRETS, f"{plain}-env", TENANT) is None
+    assert await load_env(gateway.api, TENANT, claim_of(gateway.api, plain)) == {}
     await gateway.state.http.aclose()
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from typing import Any
 
 import httpx
 import pytest
 
 from kube_agent_sandbox.api.rest import SECRETS
-from kube_agent_sandbox.controller.runtime import FakeApi
+from kube_agent_sandbox.controller.runtime import ApiError, FakeApi
 from kube_agent_sandbox.gateway import cli, tenants
+from kube_agent_sandbox.gateway.annotations import ANNOTATION_ENV_KEPT
 from kube_agent_sandbox.gateway.app import parse_host
 from kube_agent_sandbox.gateway.config import GatewayOptions, parse_listen, parse_port_map
 from kube_agent_sandbox.gateway.controlplane.ids import (
@@ -20,6 +22,7 @@ from kube_agent_sandbox.gateway.controlplane.ids import (
     new_sandbox_id,
 )
 from kube_agent_sandbox.gateway.daemon_client import InitError, init_daemon
+from kube_agent_sandbox.gateway.envvars import EnvNotRestored, env_secret, load_env
 from kube_agent_sandbox.gateway.errors import e2b_error
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret, verify
 
@@ -333,3 +336,51 @@ def test_env_secret_decoding_refuses_garbage() -> None:
         assert decode_env({"data": data}) is None
     bad_value = base64.b64encode(json.dumps({"A": 1}).encode()).decode()
     assert decode_env({"data": {"envVars": bad_value}}) is None
+
+
+class _SecretsRefusing:
+    """A client whose Secret reads answer ``status`` (or the stored Secret when None)."""
+
+    def __init__(self, status: int | None, stored: dict[str, Any] | None = None) -> None:
+        self.status, self.stored, self.reads = status, stored, 0
+
+    async def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+        self.reads += 1
+        if self.status is not None:
+            raise ApiError(self.status, "Refused", f"secrets {name!r} refused")
+        assert self.stored is not None
+        return self.stored
+
+
+@pytest.mark.parametrize(
+    ("kept", "status", "restored"),
+    [
+        ("false", 403, {}),  # created without envVars: not even read
+        ("true", None, {"A": "1"}),
+        ("true", 404, "its Secret is gone"),
+        ("true", 403, "keys bind --namespace ns"),
+        ("true", 500, "secrets 'abc-env' refused"),
+        (None, 404, {}),  # a claim from before the annotation, without an environment
+        (None, 403, "keys bind --namespace ns"),  # ... or with one: it may not be dropped
+    ],
+)
+async def test_a_kept_environment_is_restored_or_the_resume_fails(
+    kept: str | None, status: int | None, restored: dict[str, str] | str
+) -> None:
+    claim: dict[str, Any] = {"metadata": {"name": "abc", "namespace": "ns", "uid": "u-1"}}
+    if kept is not None:
+        claim["metadata"]["annotations"] = {ANNOTATION_ENV_KEPT: kept}
+    api = _SecretsRefusing(status, env_secret(claim, {"A": "1"}))
+    if isinstance(restored, dict):
+        assert await load_env(api, "ns", claim) == restored  # type: ignore[arg-type]
+    else:
+        with pytest.raises(EnvNotRestored, match="abc: its envVars cannot be restored") as err:
+            await load_env(api, "ns", claim)  # type: ignore[arg-type]
+        assert restored in str(err.value)
+    assert api.reads == (0 if kept == "false" else 1)
+
+
+async def test_a_secret_without_an_environment_is_not_restored_as_empty() -> None:
+    claim = {"metadata": {"name": "abc", "annotations": {}}}
+    with pytest.raises(EnvNotRestored, match="holds no envVars"):
+        await load_env(_SecretsRefusing(None, {"data": {}}), "ns", claim)  # type: ignore[arg-type]

@@ -207,6 +207,20 @@ class ControllerRunner:
         )
         return Identity(namespace=namespace, name=name, kubeconfig=kubeconfig)
 
+    def bind_in_namespace(
+        self, identity: Identity, cluster_role: str, namespace: str, *, name: str | None = None
+    ) -> None:
+        """Bind ``cluster_role`` to ``identity`` in ``namespace`` only (a RoleBinding).
+
+        The RoleBinding (``name``, or one made of the identity and role) goes with its
+        namespace; the namespace must exist.
+        """
+        subject = {"kind": "ServiceAccount", "name": identity.name, "namespace": identity.namespace}
+        binding = name or f"{identity.namespace}.{identity.name}.{cluster_role.replace(':', '.')}"
+        self._access.apply(
+            _binding("RoleBinding", binding, namespace, "ClusterRole", cluster_role, subject)
+        )
+
     def start(
         self, target: AsyncTarget, *, identity: Identity, name: str = "controller"
     ) -> RunningController:

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.gateway import rbacgen
+from kube_agent_sandbox.gateway import rbacgen, tenant_rbac
 from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner, Identity
 from kube_agent_sandbox.testing.probes import free_port
@@ -69,30 +69,46 @@ def accepts(port: int) -> bool:
         return False
 
 
-def gateway_cluster_role() -> dict[str, Any]:
-    """The gateway's generated ClusterRole (as ``manifests/components/gateway`` holds it)."""
-    role: dict[str, Any] = yaml.safe_load(
-        rbacgen.render(rbacgen.gateway_rules()).split("---\n", 1)[1]
-    )
-    return role
+def gateway_cluster_roles() -> list[dict[str, Any]]:
+    """The gateway's generated ClusterRoles (as ``manifests/components/gateway`` holds them)."""
+    roles: list[dict[str, Any]] = [d for d in yaml.safe_load_all(rbacgen.render()) if d]
+    return roles
 
 
-def gateway_identity(runner: ControllerRunner, *, namespace: str) -> Identity:
-    """The ``agent-sandbox-gateway`` ServiceAccount bound only to the generated ClusterRole.
+def gateway_identity(
+    runner: ControllerRunner, *, namespace: str, tenants: Sequence[str] | None = None
+) -> Identity:
+    """The ``agent-sandbox-gateway`` ServiceAccount bound only to the generated ClusterRoles.
+
+    As documented: ``agent-sandbox-gateway`` cluster-wide, ``agent-sandbox-gateway-tenant``
+    (the sandboxes' env Secrets) by a RoleBinding in each tenant namespace only.
 
     Args:
         runner: The harness that creates identities.
         namespace: Namespace of the ServiceAccount.
+        tenants: Tenant namespaces to bind the tenant role in (existing ones); ``namespace``
+            only if None. Bind later ones with :func:`bind_gateway_tenant`.
 
     Returns:
         The identity (its kubeconfig authenticates as the ServiceAccount).
     """
-    return runner.identity(
+    identity = runner.identity(
         "agent-sandbox-gateway",
         namespace=namespace,
         cluster_roles=[rbacgen.GATEWAY_ROLE],
-        rbac=[gateway_cluster_role()],
+        rbac=gateway_cluster_roles(),
     )
+    for tenant in (namespace,) if tenants is None else tenants:
+        bind_gateway_tenant(runner, identity, tenant)
+    return identity
+
+
+def bind_gateway_tenant(runner: ControllerRunner, identity: Identity, tenant: str) -> None:
+    """Make ``tenant`` (an existing namespace) a tenant the gateway may keep env Secrets in.
+
+    The binding ``agent-sandbox-gateway keys create``/``keys bind`` would make there.
+    """
+    runner.bind_in_namespace(identity, rbacgen.TENANT_ROLE, tenant, name=tenant_rbac.BINDING_NAME)
 
 
 def gateway_argv(
@@ -192,6 +208,7 @@ def start_gateway(
     mcp_file_root: str | None = None,
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    tenants: Sequence[str] | None = None,
 ) -> tuple[ManagedProcess, str]:
     """``agent-sandbox-gateway serve`` as its generated RBAC, once ``/health`` answers.
 
@@ -209,11 +226,12 @@ def start_gateway(
         mcp_file_root: The MCP file tools' root (``--mcp-file-root``); ``/`` if None.
         extra_args: More ``serve`` flags (e.g. ``--enable-tracing``).
         env: Extra environment variables (e.g. the ``OTEL_EXPORTER_OTLP_*`` ones).
+        tenants: Existing tenant namespaces the tenant role is bound in; ``namespace`` if None.
 
     Returns:
         The process and the gateway's URL.
     """
-    identity = gateway_identity(runner, namespace=namespace)
+    identity = gateway_identity(runner, namespace=namespace, tenants=tenants)
     secret_file = write_hmac_secret(workdir / "hmac-key")
     port = free_port()
     argv = gateway_argv(
@@ -236,12 +254,18 @@ def start_gateway(
     return process, url
 
 
-def create_key(kubeconfig: Path | str, namespace: str) -> str:
+def create_key(
+    kubeconfig: Path | str, namespace: str, *, gateway_namespace: str | None = None
+) -> str:
     """A tenant API key made with ``agent-sandbox-gateway keys create`` (as a user would).
+
+    The command also binds the gateway's tenant role in ``namespace``.
 
     Args:
         kubeconfig: Admin kubeconfig.
         namespace: The tenant's namespace.
+        gateway_namespace: Namespace of the gateway's ServiceAccount (the command's default,
+            ``agent-sandbox-system``, if None).
 
     Returns:
         The key (``e2b_`` and 40 hex digits).
@@ -253,6 +277,7 @@ def create_key(kubeconfig: Path | str, namespace: str) -> str:
             "create",
             f"--namespace={namespace}",
             f"--kubeconfig={kubeconfig}",
+            *([f"--gateway-namespace={gateway_namespace}"] if gateway_namespace else []),
         ],
         capture_output=True,
         text=True,

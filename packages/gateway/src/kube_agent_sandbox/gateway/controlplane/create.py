@@ -52,6 +52,7 @@ from kube_agent_sandbox.api.rest import NETWORK_POLICIES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj, Resource
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_EGRESS,
+    ANNOTATION_ENV_KEPT,
     ANNOTATION_IDEMPOTENCY_KEY,
     ANNOTATION_IDEMPOTENCY_REQUEST,
     ANNOTATION_METADATA,
@@ -79,9 +80,10 @@ from kube_agent_sandbox.gateway.controlplane.models import (
 )
 from kube_agent_sandbox.gateway.controlplane.timing import SERVER_TIMING, PhaseTimer
 from kube_agent_sandbox.gateway.egress import InvalidEgressRules, network_policy, own_namespace
-from kube_agent_sandbox.gateway.envvars import store_env
+from kube_agent_sandbox.gateway.envvars import describe_failure, store_env
 from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
+from kube_agent_sandbox.gateway.metrics import ENV_STORE
 from kube_agent_sandbox.gateway.owned import create_owned
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.gateway.tenants import Tenant
@@ -207,6 +209,21 @@ class EgressNotEnforced(CreateFailed):
         self.deleted = deleted
 
 
+class EnvNotKept(CreateFailed):
+    """The Secret keeping the create's ``envVars`` could not be created; the claim is deleted.
+
+    Attributes:
+        error: the API error.
+        deleted: the claim was deleted.
+    """
+
+    def __init__(self, reason: str, *, error: ApiError, deleted: bool) -> None:
+        gone = "the sandbox was deleted" if deleted else "the sandbox could not be deleted"
+        super().__init__(f"cannot keep the sandbox's envVars: {reason}; {gone}")
+        self.error = error
+        self.deleted = deleted
+
+
 async def enforce_egress(state: GatewayState, record: SandboxRecord) -> bool:
     """Create the NetworkPolicy of the claim's outbound rules (none: nothing to do).
 
@@ -313,6 +330,8 @@ def claim_manifest(
         ANNOTATION_ON_TIMEOUT: ON_TIMEOUT_PAUSE if spec.auto_pause else ON_TIMEOUT_KILL,
         ANNOTATION_METADATA: json.dumps(spec.metadata, sort_keys=True, separators=(",", ":")),
         **policy_annotations(spec, now=now),
+        # a resume must find the <id>-env Secret, or fail rather than start without it
+        ANNOTATION_ENV_KEPT: "true" if spec.env_vars else "false",
     }
     if not spec.allow_public_traffic:
         annotations[ANNOTATION_PUBLIC_TRAFFIC] = "false"
@@ -616,7 +635,14 @@ async def _started(
     timer.mark("claim")
     sandbox_id, namespace = created["metadata"]["name"], tenant.namespace
     if spec.env_vars:
-        await store_env(state.api, created, spec.env_vars)
+        try:
+            await store_env(state.api, created, spec.env_vars)
+        except ApiError as exc:
+            # never hand out a sandbox whose environment a resume would lose
+            logger.error("sandbox %s/%s: envVars not kept: %s", namespace, sandbox_id, exc)
+            state.metrics.env_failures_total.labels(ENV_STORE).inc()
+            deleted = await _delete_quietly(state, namespace, sandbox_id)
+            raise EnvNotKept(describe_failure(namespace, exc), error=exc, deleted=deleted) from exc
         timer.mark("env")
     logger.info(
         "tenant %s: creating sandbox %s/%s from pool %s", tenant.key_id, namespace, sandbox_id, pool
@@ -648,6 +674,10 @@ def create_failure_response(failure: CreateFailed) -> Response:
             return e2b_error(500, message, should_retry=True)
         case ClusterRefused(error=error, may_exist=may_exist):
             return _cluster_refusal(error, may_exist=may_exist)
+        case EnvNotKept(error=error, deleted=deleted):
+            if error.status in (429, 500, 503, 504) and deleted:
+                return e2b_error(503, message, should_retry=True, retry_after=RETRY_AFTER_SECONDS)
+            return e2b_error(500, message, should_retry=False)
         case EgressNotEnforced(error=error, deleted=deleted):
             if error is not None and error.status in (429, 500, 503, 504) and deleted:
                 return e2b_error(503, message, should_retry=True, retry_after=RETRY_AFTER_SECONDS)

@@ -33,6 +33,7 @@ from kube_agent_sandbox.gateway.controlplane.models import (
     parse_timeout,
     sandbox_body,
 )
+from kube_agent_sandbox.gateway.envvars import EnvNotRestored
 from kube_agent_sandbox.gateway.errors import bad_request, e2b_error, sandbox_not_found
 from kube_agent_sandbox.gateway.index import SandboxRecord
 from kube_agent_sandbox.gateway.state import GatewayState
@@ -135,6 +136,8 @@ async def connect(request: Request, state: GatewayState) -> Response:
         return e2b_error(
             503, f"sandbox {record.sandbox_id} is not ready yet", should_retry=True, retry_after=1
         )
+    except EnvNotRestored as exc:  # the sandbox stays paused rather than lose its envVars
+        return e2b_error(500, str(exc), should_retry=False)
     except ApiError as exc:
         return cluster_error(exc, record.sandbox_id)
     if resumed:

@@ -53,6 +53,7 @@ from kube_agent_sandbox.gateway.dataplane.proxy import (
 )
 from kube_agent_sandbox.gateway.dataplane.target import Target, TargetError, resolve
 from kube_agent_sandbox.gateway.dataplane.wsproxy import WebSocketProxy
+from kube_agent_sandbox.gateway.envvars import EnvNotRestored
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,10 @@ class PortNotOpen(Refused):
         self.port = port
 
 
+class ResumeFailed(Refused):
+    """The resume cannot succeed by retrying (the sandbox's environment is unreadable)."""
+
+
 class PodUnreachable(Refused):
     """The pod could not be reached for another reason than a refusal."""
 
@@ -162,6 +167,8 @@ def refusal_response(refusal: Refused) -> Response:
             return responses.port_not_open(sandbox_id, port)
         case PodUnreachable(sandbox_id=sandbox_id):
             return responses.unreachable(sandbox_id)
+        case ResumeFailed():
+            return responses.error(500, str(refusal), should_retry=False)
     raise TypeError(f"no response for {refusal!r}")  # pragma: no cover - every kind is mapped
 
 
@@ -301,6 +308,7 @@ class DataPlane(Generic[RecordT]):
         Raises:
             SandboxUnavailable: the sandbox vanished or its policy forbids resuming on traffic.
             StillResuming: not Ready within the hold budget, or the resume failed.
+            ResumeFailed: the sandbox's environment is unreadable (retrying cannot help).
         """
         retry = StillResuming(max(1, int(self.resume_hold_seconds // 6)))
         try:
@@ -314,6 +322,8 @@ class DataPlane(Generic[RecordT]):
                 "sandbox %s: still resuming after %.0fs", sandbox_id, self.resume_hold_seconds
             )
             raise retry from None
+        except EnvNotRestored as err:  # logged and counted by the resumer
+            raise ResumeFailed(str(err)) from err
         except Exception as err:
             logger.exception("sandbox %s: resume failed", sandbox_id)
             raise retry from err
