@@ -71,7 +71,6 @@ def report(
     ``fetch`` follows once ``e2b_js_proxy.mjs`` is preloaded.
     """
     config = request.param
-    gateway_stack.fresh_sandboxd()
     workdir = gateway_stack.workdir / f"js-{config}"  # each run's files start from nothing
     workdir.mkdir()
     for name in (SCRIPT.name, PROXY_PRELOAD.name):

@@ -13,7 +13,13 @@ from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj
 from kube_agent_sandbox.gateway.controlplane import models
 from kube_agent_sandbox.gateway.controlplane.query import decode_token, encode_token
-from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, name_index
+from kube_agent_sandbox.gateway.index import (
+    LOOPBACK_PER_POD,
+    NAME_INDEX,
+    SandboxIndex,
+    loopback_address,
+    name_index,
+)
 
 
 def _claim(name: str, ns: str, *, bound: str | None = None, ready: bool = False) -> Obj:
@@ -103,6 +109,29 @@ def test_address_override_maps_ports() -> None:
     assert record is not None
     assert index.address(record, 49983) == ("127.0.0.1", 5000)
     assert index.address(record, 8080) == ("127.0.0.1", 8080)
+
+
+def test_loopback_override_gives_each_pod_its_own_address() -> None:
+    api = FakeApi()
+    for name, ip in (("s1", "10.0.0.7"), ("s2", "10.0.1.9")):
+        api.add(SANDBOX_CLAIMS, _claim(name, "a", bound=name, ready=True))
+        api.add(SANDBOXES, {"metadata": {"name": name, "namespace": "a"}})
+        api.add(PODS, {"metadata": {"name": name, "namespace": "a"}, "status": {"podIP": ip}})
+    index = _index(api, pod_address_override=LOOPBACK_PER_POD, pod_port_map={49983: 5000})
+    first, second = index.lookup("s1"), index.lookup("s2")
+    assert first is not None
+    assert second is not None
+    assert index.address(first, 49983) == ("127.0.0.7", 5000)
+    assert index.address(second, 49983) == ("127.0.1.9", 5000)
+    assert index.address(second, 8080) == ("127.0.1.9", 8080)
+
+
+def test_loopback_address_needs_an_ipv4() -> None:
+    assert loopback_address("10.244.3.17") == "127.244.3.17"
+    with pytest.raises(ValueError, match="not IPv4"):
+        loopback_address("fd00::5")
+    with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 address"):
+        loopback_address("not-an-ip")
 
 
 async def test_wait_for_wakes_on_notify() -> None:
