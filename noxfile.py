@@ -268,6 +268,7 @@ def check_generated(session: nox.Session) -> None:
     _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
     _uv_run(session, "python", "scripts/mcp_tool_reference.py", "--check")
     _uv_run(session, "python", "scripts/observability.py", "--check")
+    _uv_run(session, "python", "scripts/e2b_compatibility.py", "--check")
 
 
 @nox.session

@@ -32,6 +32,7 @@ import pytest
 
 from kube_agent_sandbox.testing.npm import CACHE, npm_package
 from kube_agent_sandbox.testing.probes import free_port
+from kube_agent_sandbox.testing.scripts import load_script
 
 sys.path.insert(0, str(Path(__file__).parent))
 import e2b_scenario
@@ -44,6 +45,7 @@ RELEASES = (("2.51.0", "2.8.0"), ("2.45.0", "2.7.2"))
 CLIENTS_CACHE = CACHE / "e2b-js-clients"
 SCRIPT = Path(__file__).with_name("e2b_js_client.mjs")
 PROXY_PRELOAD = Path(__file__).with_name("e2b_js_proxy.mjs")
+SURFACE = Path(__file__).with_name("e2b_js_surface.mjs")
 SANDBOX_ID = re.compile(r"^[a-z0-9]{20}$")
 
 
@@ -314,3 +316,29 @@ def test_run_code_matplotlib_chart(report: dict[str, Any]) -> None:
     assert chart["chartType"] == "bar"
     assert (chart["title"], chart["xLabel"], chart["yLabel"]) == ("Sales", "Author", "Books")
     assert chart["bars"] == [["A", "Sold", 1.0], ["B", "Sold", 3.0], ["C", "Sold", 2.0]]
+
+
+@pytest.mark.parametrize(("e2b", "code_interpreter"), RELEASES, ids=[r[0] for r in RELEASES])
+def test_the_compatibility_table_lists_every_js_method(e2b: str, code_interpreter: str) -> None:
+    """docs/guides/gateway.md's table must not rot: every public name of the SDK is mapped
+    (and, for the newest release, every mapped JavaScript name exists)."""
+    client_dir = js_client_dir(e2b, code_interpreter)
+    shutil.copyfile(SURFACE, client_dir / SURFACE.name)
+    done = subprocess.run(
+        ["node", str(client_dir / SURFACE.name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    module = load_script("e2b_compatibility")
+    surface = {
+        group: {module.snake(name) for name in names}
+        for group, names in json.loads(done.stdout).items()
+    }
+    problems = module.differences(module.load(), "js", surface)
+    if (e2b, code_interpreter) != RELEASES[0]:
+        # An older release may lack newer methods; it must not have unlisted ones.
+        problems = [p for p in problems if p.endswith("not in the mapping")]
+    assert problems == [], "\n".join(problems)
