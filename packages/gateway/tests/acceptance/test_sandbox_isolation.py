@@ -10,6 +10,7 @@ workspace's (newest) E2B SDK, configured as users configure it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -34,8 +35,9 @@ def two_sandboxes(gateway_stack: Any, monkeypatch: pytest.MonkeyPatch) -> Iterat
             created.append(Sandbox.create("base", timeout=120, metadata={"suite": "isolation"}))
         yield created
     finally:
-        for sandbox in created:
-            sandbox.kill()
+        # Together: each kill waits for its sandbox to be gone.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda sandbox: sandbox.kill(), created))
 
 
 def test_two_sandboxes_share_neither_files_nor_processes(two_sandboxes: list[Sandbox]) -> None:
