@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--pod-address-override",
         default=None,
-        help="testing only: HOST for every pod, or 'loopback': 127.x.y.z from each pod's IPv4",
+        help="testing only: HOST for every pod, or 'loopback': 127.x.y.z from each pod's UID",
     )
     serve.add_argument(
         "--pod-port-map", type=_port_map, default={}, help="testing only: 49983=PORT,..."

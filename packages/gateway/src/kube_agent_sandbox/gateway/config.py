@@ -27,7 +27,7 @@ class GatewayOptions:
         public_url: the URL sandboxes reach the gateway at (for the daemon's heartbeat URL);
             None = no heartbeat URL is sent.
         pod_address_override: testing only: every pod IP becomes this host; ``loopback``:
-            each pod its own ``127.x.y.z`` (the last three octets of its IPv4), where a local
+            each pod its own ``127.x.y.z`` (from a hash of its UID), where a local
             daemon per pod listens.
         pod_port_map: testing only: sandbox port -> local port (with the override).
         hmac_secret_file: file holding the token secret; None = a random one per process.

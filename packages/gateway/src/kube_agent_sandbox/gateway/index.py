@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -25,19 +25,20 @@ LOOPBACK_PER_POD: Final = "loopback"
 """``pod_address_override`` value that gives each pod its own loopback address (testing)."""
 
 
-def loopback_address(pod_ip: str) -> str:
-    """The pod's own loopback address: ``127.`` and the last three octets of its IPv4.
+def loopback_address(pod_uid: str) -> str:
+    """The pod's own loopback address ``127.x.y.z``, from a hash of its UID.
 
     Testing only (kwok pods run nothing): a local daemon per pod listens there, so two
-    sandboxes reach two daemons although every pod's ports are mapped the same way.
+    sandboxes reach two daemons although every pod's ports are mapped the same way. The UID,
+    not the IP: a new pod may get a deleted pod's IP, and must not reach the old daemon.
 
     Raises:
-        ValueError: if ``pod_ip`` is not an IPv4 address.
+        ValueError: if ``pod_uid`` is empty.
     """
-    address = ipaddress.ip_address(pod_ip)
-    if address.version != 4:
-        raise ValueError(f"pod IP {pod_ip} is not IPv4: no loopback address for it")
-    return "127." + ".".join(str(pod_ip).split(".")[1:])
+    if not pod_uid:
+        raise ValueError("a pod without a UID has no loopback address")
+    x, y, z = hashlib.sha256(pod_uid.encode()).digest()[:3]
+    return f"127.{x}.{y}.{z % 254 + 1}"
 
 
 def name_index(obj: Obj) -> Iterable[str]:
@@ -221,9 +222,13 @@ class SandboxIndex:
         if ip is None:
             return None
         override = self.pod_address_override
+        if override == LOOPBACK_PER_POD:
+            uid = ((record.pod or {}).get("metadata") or {}).get("uid")
+            if not uid:
+                return None
+            return loopback_address(str(uid)), self.pod_port_map.get(port, port)
         if override is not None:
-            host = loopback_address(ip) if override == LOOPBACK_PER_POD else override
-            return host, self.pod_port_map.get(port, port)
+            return override, self.pod_port_map.get(port, port)
         return ip, port
 
     # -- change notification ----------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import urllib.parse
 
 import pytest
@@ -113,25 +114,29 @@ def test_address_override_maps_ports() -> None:
 
 def test_loopback_override_gives_each_pod_its_own_address() -> None:
     api = FakeApi()
-    for name, ip in (("s1", "10.0.0.7"), ("s2", "10.0.1.9")):
+    for name in ("s1", "s2"):
         api.add(SANDBOX_CLAIMS, _claim(name, "a", bound=name, ready=True))
         api.add(SANDBOXES, {"metadata": {"name": name, "namespace": "a"}})
-        api.add(PODS, {"metadata": {"name": name, "namespace": "a"}, "status": {"podIP": ip}})
+        pod = {"name": name, "namespace": "a", "uid": f"uid-{name}"}
+        # The same IP: a new pod may get a deleted pod's; the UID tells them apart.
+        api.add(PODS, {"metadata": pod, "status": {"podIP": "10.0.0.7"}})
     index = _index(api, pod_address_override=LOOPBACK_PER_POD, pod_port_map={49983: 5000})
     first, second = index.lookup("s1"), index.lookup("s2")
     assert first is not None
     assert second is not None
-    assert index.address(first, 49983) == ("127.0.0.7", 5000)
-    assert index.address(second, 49983) == ("127.0.1.9", 5000)
-    assert index.address(second, 8080) == ("127.0.1.9", 8080)
+    assert index.address(first, 49983) == (loopback_address("uid-s1"), 5000)
+    assert index.address(second, 8080) == (loopback_address("uid-s2"), 8080)
+    assert loopback_address("uid-s1") != loopback_address("uid-s2")
 
 
-def test_loopback_address_needs_an_ipv4() -> None:
-    assert loopback_address("10.244.3.17") == "127.244.3.17"
-    with pytest.raises(ValueError, match="not IPv4"):
-        loopback_address("fd00::5")
-    with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 address"):
-        loopback_address("not-an-ip")
+def test_loopback_address_is_a_stable_host_address_under_127() -> None:
+    for uid in ("3f1c9e2a-0000-4000-8000-000000000001", "x", "uid-s1"):
+        address = ipaddress.ip_address(loopback_address(uid))
+        assert address.is_loopback
+        assert str(address) == loopback_address(uid)  # stable: the harness computes it too
+        assert not str(address).endswith((".0", ".255"))
+    with pytest.raises(ValueError, match="without a UID"):
+        loopback_address("")
 
 
 async def test_wait_for_wakes_on_notify() -> None:

@@ -4,9 +4,9 @@ kwok pods run nothing, so the suites that drive the gateway run the sandbox daem
 One daemon shared by every pod would let two sandboxes see each other's files and processes,
 and a test with several sandboxes would not mean what it says. :class:`PodDaemons` watches a
 namespace's pods and gives each pod with an IP its own daemons, each with its own home folder,
-listening on the pod's own loopback address (``127.x.y.z``, the last three octets of its
-IPv4), which the gateway's ``--pod-address-override=loopback`` reaches. Every pod's daemons use
-the same two local ports (``envd_port``, ``interpreter_port``: the gateway's
+listening on the pod's own loopback address (``127.x.y.z``, from a hash of its UID: a new pod
+may get a deleted pod's IP), which the gateway's ``--pod-address-override=loopback`` reaches.
+Every pod's daemons use the same two local ports (``envd_port``, ``interpreter_port``: the gateway's
 ``--pod-port-map``), so the map stays static while the addresses tell pods apart. Every pod
 gets an interpreter, whatever its template: the suites use it as any sandbox's user server on
 port 49999 too (public traffic), and it starts in a fraction of a second.
@@ -130,7 +130,7 @@ class PodDaemons:
             gone = [d for uid, d in self._daemons.items() if uid not in live]
             for daemon in gone:
                 del self._daemons[daemon.uid]
-        # Stopped first: a new pod may have been given a deleted pod's IP (and address).
+        # Stopped first (their ports and memory): the gateway reaches a new pod elsewhere.
         for daemon in gone:
             self._stop(daemon)
         for uid, pod in live.items():
@@ -146,7 +146,7 @@ class PodDaemons:
         daemon = PodDaemon(
             pod=name,
             uid=uid,
-            address=loopback_address(str(pod["status"]["podIP"])),
+            address=loopback_address(uid),
             home=self.root / f"{name}-{uid[:8]}",
         )
         daemon.home.mkdir(parents=True, exist_ok=True)
