@@ -172,8 +172,9 @@ def gateway_acceptance(session: nox.Session) -> None:
     once into ~/.cache/agent-sandbox/e2b-clients/, so the first run needs the package index),
     and the MCP scenario with the official Python client (Streamable HTTP and stdio) and the
     TypeScript SDK's client (npm, installed once into ~/.cache/agent-sandbox/mcp-clients/),
-    and the E2B JavaScript SDK (npm ``e2b`` and ``@e2b/code-interpreter``, installed once into
-    ~/.cache/agent-sandbox/e2b-js-clients/; issue 21) with a gateway URL and with a domain.
+    and the E2B JavaScript SDK (npm ``e2b`` and ``@e2b/code-interpreter``, the newest and an
+    older minor, installed once into ~/.cache/agent-sandbox/e2b-js-clients/; issue 21) with a
+    gateway URL and with a domain.
     ``GATEWAY_ACCEPTANCE_RESULTS=<dir>`` keeps each run's steps and timings as JSON.
     """
     _sync(session)
@@ -281,6 +282,7 @@ def check_generated(session: nox.Session) -> None:
     _uv_run(session, "python", "scripts/unasync_sdk.py", "--check")
     _uv_run(session, "python", "scripts/mcp_tool_reference.py", "--check")
     _uv_run(session, "python", "scripts/observability.py", "--check")
+    _uv_run(session, "python", "scripts/e2b_compatibility.py", "--check")
 
 
 @nox.session

@@ -6,11 +6,15 @@ without containers):
 * ``agent-sandbox-controller`` as a command, as the generated controller RBAC, with the
   behaviour flags the documented install (``manifests/overlays/gateway``) gives it
   (``--extensions --idle-shutdown``);
-* a local ``sandboxd`` (envd surface, port 49983 of every sandbox) and a local code
-  interpreter (port 49999), because kwok pods run nothing;
+* one local ``sandboxd`` (envd surface, port 49983) and one local code interpreter (port
+  49999) per sandbox pod, because kwok pods run nothing: each with
+  its own home folder, listening on its pod's own loopback address
+  (:class:`~kube_agent_sandbox.testing.pod_daemons.PodDaemons`), so two sandboxes do not share
+  files or processes;
 * ``agent-sandbox-gateway serve`` as a ServiceAccount bound only to the generated gateway
-  ClusterRole, with every pod address rewritten to 127.0.0.1 and the two sandbox ports mapped
-  to the local daemons (``--pod-address-override``, ``--pod-port-map``: testing only);
+  ClusterRole, with every pod address rewritten to the pod's loopback address and the two
+  sandbox ports mapped to the daemons' ports (``--pod-address-override=loopback``,
+  ``--pod-port-map``: testing only);
 * a tenant namespace with an API key (``agent-sandbox-gateway keys create``), a second
   tenant with its own key (which must not reach the first tenant's sandboxes), and a
   SandboxTemplate plus a one-member SandboxWarmPool for each E2B template the scenario uses
@@ -27,6 +31,7 @@ workspace's own (newest) or the oldest supported, installed with ``uv`` into
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -40,27 +45,27 @@ from pathlib import Path
 
 import pytest
 
+from kube_agent_sandbox.gateway.index import LOOPBACK_PER_POD
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
 from kube_agent_sandbox.testing.gateway import (
     ENVD_PORT,
     GATEWAY_BIN,
     INTERPRETER_PORT,
-    accepts,
     create_key,
     documented_controller_flags,
     http_status,
     kwok_template_spec,
     start_controller,
-    start_daemon,
     start_gateway,
     wait_warm_pool_ready,
     warm_template,
 )
 from kube_agent_sandbox.testing.pki import CertificateAuthority
 from kube_agent_sandbox.testing.plugin import namespace_name, unavailable
+from kube_agent_sandbox.testing.pod_daemons import PodDaemons
 from kube_agent_sandbox.testing.probes import free_port
-from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor, wait_until
+from kube_agent_sandbox.testing.processes import ManagedProcess, ProcessSupervisor
 from kube_agent_sandbox.testing.wildcard_tunnel import WildcardTunnel
 
 REPO = Path(__file__).resolve().parents[4]
@@ -82,28 +87,19 @@ class GatewayStack:
     other_tenant_key: str
     namespace: str
     workdir: Path
+    """A folder every sandbox can reach by absolute path (each has its own home besides)."""
     gateway: ManagedProcess
-    supervisor: ProcessSupervisor
-    envd_port: int
+    daemons: PodDaemons
     runner: ControllerRunner
     port_map: dict[int, int]
     controller_metrics: str
     """``host:port`` of the controller's ``/metrics``."""
     extra_logs: list[ManagedProcess] = field(default_factory=list)
 
-    def fresh_sandboxd(self) -> None:
-        """Restart the local sandboxd, so the next sandbox's ``/init`` meets a new daemon.
-
-        Every kwok sandbox shares this one daemon (the address override), but a daemon takes
-        ``/init`` without a token only once, as envd does; a real pod has its own.
-        """
-        self.supervisor.restart("sandboxd")
-        port = self.envd_port
-        wait_until(lambda: accepts(port), timeout=30, what="sandboxd after a restart")
-
     def logs(self) -> str:
         """The tails of the local processes' logs (for failure messages)."""
-        processes = [self.gateway, *self.extra_logs, *self.supervisor.processes]
+        daemons = [p for daemon in self.daemons for p in daemon.processes]
+        processes = [self.gateway, *self.extra_logs, *daemons]
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(40)}" for p in processes)
 
 
@@ -122,19 +118,20 @@ def gateway_stack(
 ) -> Iterator[GatewayStack]:
     """The controller, the daemons, the gateway, a tenant with a key and warm templates.
 
-    One stack per session: every acceptance module's scenarios run against it (each
-    restarts ``sandboxd`` first, see :meth:`GatewayStack.fresh_sandboxd`).
+    One stack per session: every acceptance module's scenarios run against it; every
+    sandbox pod gets daemons of its own (:class:`PodDaemons`).
     """
     assert "sandboxwarmpools.extensions.agents.x-k8s.io" in agent_sandbox_crds
     if not GATEWAY_BIN.is_file():
         unavailable(f"{GATEWAY_BIN} is not installed (uv sync --all-packages)")
     workdir = tmp_path_factory.mktemp("gateway-acceptance")
-    files = workdir / "sandbox-home"
+    files = workdir / "shared"
     files.mkdir()
     namespace = namespace_name("gateway-acceptance")
     other = namespace_name("gateway-acceptance-other")
     runner = ControllerRunner(cluster, workdir / "runner")
     supervisor = ProcessSupervisor(workdir / "logs")
+    stack = contextlib.ExitStack()
     try:
         # The controller's identity creates the namespace.
         # ...with the flags of the documented install (manifests/overlays/gateway).
@@ -143,22 +140,25 @@ def gateway_stack(
         start_controller(
             runner, namespace=namespace, repo_root=REPO, flags=flags, metrics_port=metrics_port
         )
-        _, envd_port = start_daemon(
-            supervisor, "sandboxd", ["kube_agent_sandbox.sandboxd"], cwd=files
-        )
-        _, interpreter_port = start_daemon(
-            supervisor, "interpreter", [_interpreter_module()], cwd=files
+        daemons = stack.enter_context(
+            PodDaemons(
+                cluster,
+                namespace,
+                workdir / "pods",
+                supervisor=supervisor,
+                interpreter_module=_interpreter_module(),
+            )
         )
         # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
         # by their keys, which the cross-tenant test relies on. The tenant role (env Secrets)
         # is bound in each tenant namespace only, by `keys create` (docs/guides/gateway.md).
         cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
-        port_map = {ENVD_PORT: envd_port, INTERPRETER_PORT: interpreter_port}
+        port_map = {ENVD_PORT: daemons.envd_port, INTERPRETER_PORT: daemons.interpreter_port}
         gateway, url = start_gateway(
             runner,
             namespace=namespace,
             workdir=workdir,
-            pod_address_override="127.0.0.1",
+            pod_address_override=LOOPBACK_PER_POD,
             port_map=port_map,
             mcp_file_root=str(files),
             tenants=(),
@@ -185,13 +185,13 @@ def gateway_stack(
             namespace=namespace,
             workdir=files,
             gateway=gateway,
-            supervisor=supervisor,
-            envd_port=envd_port,
+            daemons=daemons,
             runner=runner,
             port_map=port_map,
             controller_metrics=f"127.0.0.1:{metrics_port}",
         )
     finally:
+        stack.close()
         supervisor.stop_all()
         runner.close()
         for name in (namespace, other):
@@ -232,7 +232,7 @@ def hostname_gateway(
         gateway_stack.runner,
         namespace=gateway_stack.namespace,
         workdir=workdir,
-        pod_address_override="127.0.0.1",
+        pod_address_override=LOOPBACK_PER_POD,
         port_map=gateway_stack.port_map,
         domain=HOSTNAME_DOMAIN,
         tls=(cert, key),

@@ -235,8 +235,11 @@ if (sbx) {
   });
   await step("getHost", async () => {
     await sbx.files.write(`${WORKDIR}/js-served/index.txt`, "served from the sandbox\n");
+    // Every interface: the suite's sandboxes are local processes, each pod one loopback
+    // address, so a server on 127.0.0.1 would not be on the pod's address (a real pod's
+    // envd forwards it; sandboxd's tests cover that).
     const server = await sbx.commands.run(
-      `python3 -m http.server ${HTTP_PORT} --bind 127.0.0.1 --directory ${WORKDIR}/js-served`,
+      `python3 -m http.server ${HTTP_PORT} --bind 0.0.0.0 --directory ${WORKDIR}/js-served`,
       { background: true },
     );
     try {

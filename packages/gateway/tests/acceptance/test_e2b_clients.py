@@ -38,7 +38,6 @@ SANDBOX_ID = re.compile(r"^[a-z0-9]{20}$")
 def scenario(gateway_stack: Any, e2b_python: tuple[str, Path]) -> dict[str, Any]:
     """Run the scenario with one SDK release; its parsed JSON report."""
     version, python = e2b_python
-    gateway_stack.fresh_sandboxd()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/root"),

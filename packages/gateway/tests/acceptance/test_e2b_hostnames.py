@@ -46,7 +46,6 @@ def scenario(
     """Run the hostname scenario with one SDK release; its JSON report plus the tunnel log."""
     version, python = e2b_python
     assert hostname_gateway.domain == DOMAIN
-    gateway_stack.fresh_sandboxd()
     before = len(hostname_gateway.tunnel.connects)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

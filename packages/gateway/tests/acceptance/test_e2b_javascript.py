@@ -1,8 +1,9 @@
 """Acceptance: the E2B JavaScript/TypeScript SDK, unmodified, against the gateway (issue 21).
 
-``e2b_js_client.mjs`` runs on Node with the npm packages ``e2b`` and ``@e2b/code-interpreter``
-(pinned below, installed once into ``~/.cache/agent-sandbox/e2b-js-clients/``; a missing Node,
-npm or registry skips locally and fails under ``CI=true``). The SDK is configured as
+``e2b_js_client.mjs`` runs on Node with the npm packages ``e2b`` and ``@e2b/code-interpreter``,
+in two releases pinned below (the newest and an older minor of each), installed once into
+``~/.cache/agent-sandbox/e2b-js-clients/`` (a missing Node, npm or registry skips locally and
+fails under ``CI=true``). The SDK is configured as
 ``docs/guides/gateway.md`` tells users, once per form: ``E2B_API_URL`` and ``E2B_SANDBOX_URL``
 pointing at the gateway, or ``E2B_DOMAIN`` alone against the stack's HTTPS gateway with
 ``--domain`` (its offline stand-ins for DNS and a public CA as in ``test_e2b_hostnames.py``);
@@ -31,37 +32,42 @@ import pytest
 
 from kube_agent_sandbox.testing.npm import CACHE, npm_package
 from kube_agent_sandbox.testing.probes import free_port
+from kube_agent_sandbox.testing.scripts import load_script
 
 sys.path.insert(0, str(Path(__file__).parent))
 import e2b_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-E2B_JS = "2.51.0"
-CODE_INTERPRETER_JS = "2.8.0"
+#: ``(e2b, @e2b/code-interpreter)``: the newest releases, and an older minor of each (2.7.2 is
+#: the newest code interpreter that accepts e2b 2.45; 2.8 needs e2b >= 2.48).
+RELEASES = (("2.51.0", "2.8.0"), ("2.45.0", "2.7.2"))
 CLIENTS_CACHE = CACHE / "e2b-js-clients"
 SCRIPT = Path(__file__).with_name("e2b_js_client.mjs")
 PROXY_PRELOAD = Path(__file__).with_name("e2b_js_proxy.mjs")
+SURFACE = Path(__file__).with_name("e2b_js_surface.mjs")
 SANDBOX_ID = re.compile(r"^[a-z0-9]{20}$")
 
 
-@pytest.fixture(scope="module")
-def js_client_dir() -> Path:
+def js_client_dir(e2b: str, code_interpreter: str) -> Path:
     """A folder with the pinned SDK packages in ``node_modules`` (npm, on first use)."""
-    root = CLIENTS_CACHE / f"e2b-{E2B_JS}-code-interpreter-{CODE_INTERPRETER_JS}"
+    root = CLIENTS_CACHE / f"e2b-{e2b}-code-interpreter-{code_interpreter}"
     return npm_package(
-        root, "@e2b/code-interpreter", CODE_INTERPRETER_JS, module=True, also={"e2b": E2B_JS}
+        root, "@e2b/code-interpreter", code_interpreter, module=True, also={"e2b": e2b}
     )
 
 
 CONFIGS = ("sandbox-url", "domain")
+RUNS = [
+    pytest.param((e2b, ci, config), id=f"e2b-{e2b}-{config}")
+    for e2b, ci in RELEASES
+    for config in CONFIGS
+]
 
 
-@pytest.fixture(scope="module", params=CONFIGS)
-def report(
-    request: pytest.FixtureRequest, gateway_stack: Any, js_client_dir: Path
-) -> dict[str, Any]:
-    """Run the script once per client configuration; its parsed JSON report.
+@pytest.fixture(scope="module", params=RUNS)
+def report(request: pytest.FixtureRequest, gateway_stack: Any) -> dict[str, Any]:
+    """Run the script once per SDK release and client configuration; its parsed JSON report.
 
     ``sandbox-url``: ``E2B_API_URL`` and ``E2B_SANDBOX_URL`` at the plain gateway (header
     routing). ``domain``: ``E2B_DOMAIN`` only, against the stack's HTTPS gateway with
@@ -70,13 +76,14 @@ def report(
     the SDK as its ``proxy`` option (the SDK's own clients ignore the variable) and Node's global
     ``fetch`` follows once ``e2b_js_proxy.mjs`` is preloaded.
     """
-    config = request.param
-    gateway_stack.fresh_sandboxd()
-    workdir = gateway_stack.workdir / f"js-{config}"  # each run's files start from nothing
+    e2b, code_interpreter, config = request.param
+    client_dir = js_client_dir(e2b, code_interpreter)
+    # each run's files start from nothing
+    workdir = gateway_stack.workdir / f"js-{e2b}-{config}"
     workdir.mkdir()
     for name in (SCRIPT.name, PROXY_PRELOAD.name):
         # node resolves the packages from the script's folder
-        shutil.copyfile(SCRIPT.with_name(name), js_client_dir / name)
+        shutil.copyfile(SCRIPT.with_name(name), client_dir / name)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/root"),
@@ -85,7 +92,7 @@ def report(
         "SCENARIO_HTTP_PORT": str(free_port()),
         "SCENARIO_CHART_CODE": e2b_scenario.CHART_CODE,
     }
-    argv = ["node", str(js_client_dir / SCRIPT.name)]
+    argv = ["node", str(client_dir / SCRIPT.name)]
     tunnel = hostnames = None
     if config == "sandbox-url":
         # The client configuration of docs/guides/gateway.md, nothing else.
@@ -99,7 +106,7 @@ def report(
             "HTTPS_PROXY": tunnel.url,
             "NO_PROXY": "",
         }
-        argv[1:1] = ["--import", (js_client_dir / PROXY_PRELOAD.name).as_uri()]
+        argv[1:1] = ["--import", (client_dir / PROXY_PRELOAD.name).as_uri()]
     before = len(tunnel.connects) if tunnel else 0
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
     assert done.returncode == 0, f"{done.stderr}\n{gateway_stack.logs()}"
@@ -107,10 +114,9 @@ def report(
     target = os.environ.get("GATEWAY_ACCEPTANCE_RESULTS")
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
-        (Path(target) / f"e2b-js-{E2B_JS}-{config}.json").write_text(
-            json.dumps(seen, indent=2) + "\n"
-        )
+        (Path(target) / f"e2b-js-{e2b}-{config}.json").write_text(json.dumps(seen, indent=2) + "\n")
     seen["config"] = config
+    seen["expected"] = {"e2b": e2b, "codeInterpreter": code_interpreter}
     seen["domain"] = hostnames.domain if hostnames else None
     seen["workdir"] = workdir
     seen["connects"] = sorted(set(tunnel.connects[before:])) if tunnel else None
@@ -128,8 +134,8 @@ def _step(report: dict[str, Any], name: str) -> Any:
 
 
 def test_the_pinned_sdk_releases_ran(report: dict[str, Any]) -> None:
-    assert report["versions"]["e2b"] == E2B_JS
-    assert report["versions"]["codeInterpreter"] == CODE_INTERPRETER_JS
+    versions = report["versions"]
+    assert {name: versions[name] for name in report["expected"]} == report["expected"]
 
 
 def test_create_and_commands(report: dict[str, Any]) -> None:
@@ -310,3 +316,29 @@ def test_run_code_matplotlib_chart(report: dict[str, Any]) -> None:
     assert chart["chartType"] == "bar"
     assert (chart["title"], chart["xLabel"], chart["yLabel"]) == ("Sales", "Author", "Books")
     assert chart["bars"] == [["A", "Sold", 1.0], ["B", "Sold", 3.0], ["C", "Sold", 2.0]]
+
+
+@pytest.mark.parametrize(("e2b", "code_interpreter"), RELEASES, ids=[r[0] for r in RELEASES])
+def test_the_compatibility_table_lists_every_js_method(e2b: str, code_interpreter: str) -> None:
+    """docs/guides/gateway.md's table must not rot: every public name of the SDK is mapped
+    (and, for the newest release, every mapped JavaScript name exists)."""
+    client_dir = js_client_dir(e2b, code_interpreter)
+    shutil.copyfile(SURFACE, client_dir / SURFACE.name)
+    done = subprocess.run(
+        ["node", str(client_dir / SURFACE.name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    module = load_script("e2b_compatibility")
+    surface = {
+        group: {module.snake(name) for name in names}
+        for group, names in json.loads(done.stdout).items()
+    }
+    problems = module.differences(module.load(), "js", surface)
+    if (e2b, code_interpreter) != RELEASES[0]:
+        # An older release may lack newer methods; it must not have unlisted ones.
+        problems = [p for p in problems if p.endswith("not in the mapping")]
+    assert problems == [], "\n".join(problems)

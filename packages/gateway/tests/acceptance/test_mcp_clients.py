@@ -64,7 +64,6 @@ def test_mcp_without_a_key_is_refused(gateway_stack: Any) -> None:
 
 
 async def test_python_client_over_streamable_http(gateway_stack: Any) -> None:
-    gateway_stack.fresh_sandboxd()
     root = str(gateway_stack.workdir)
     async with http_client(gateway_stack, gateway_stack.api_key) as client:
         seen = await mcp_scenario.run(client, pool=POOL, root=root)
@@ -74,7 +73,6 @@ async def test_python_client_over_streamable_http(gateway_stack: Any) -> None:
 
 
 async def test_another_tenant_cannot_reach_the_sandbox(gateway_stack: Any) -> None:
-    gateway_stack.fresh_sandboxd()
     async with http_client(gateway_stack, gateway_stack.api_key) as owner:
         got = json.loads(await mcp_scenario.call(owner, "get_sandbox", name=POOL))
         box = got["sandbox_id"]
@@ -95,7 +93,6 @@ async def test_another_tenant_cannot_reach_the_sandbox(gateway_stack: Any) -> No
 
 
 async def test_python_client_over_stdio_through_the_gateway(gateway_stack: Any) -> None:
-    gateway_stack.fresh_sandboxd()
     root = str(gateway_stack.workdir)
     args = ["mcp", "--gateway", gateway_stack.url, "--file-root", root]
     env = {"AGENT_SANDBOX_API_KEY": gateway_stack.api_key, "NO_PROXY": "127.0.0.1"}
@@ -125,7 +122,6 @@ async def test_python_client_over_stdio_with_a_kubeconfig(gateway_stack: Any, cl
 async def test_a_timeout_and_an_expiry_are_tool_errors_that_say_so(gateway_stack: Any) -> None:
     """A command past its timeout is killed; a sandbox removed behind the agent's back (as an
     expiry does) says it no longer exists, not a bare 404 or a crash."""
-    gateway_stack.fresh_sandboxd()
     async with http_client(gateway_stack, gateway_stack.api_key) as client:
         box = json.loads(await mcp_scenario.call(client, "get_sandbox", name=POOL))["sandbox_id"]
         message = await mcp_scenario.call_error(

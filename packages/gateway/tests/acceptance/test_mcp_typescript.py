@@ -36,7 +36,6 @@ def ts_client_dir() -> Path:
 
 
 def test_typescript_client_over_streamable_http(gateway_stack: Any, ts_client_dir: Path) -> None:
-    gateway_stack.fresh_sandboxd()
     script = ts_client_dir / SCRIPT.name
     shutil.copyfile(SCRIPT, script)  # node resolves the package from the script's folder
     env = {

@@ -87,7 +87,6 @@ def prometheus(gateway_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _workload(stack: Any, url: str) -> None:
-    stack.fresh_sandboxd()
     headers = {"X-API-Key": stack.api_key}
     with httpx.Client(base_url=stack.url, headers=headers, timeout=90) as client:
         created = client.post(
@@ -117,7 +116,6 @@ def _workload(stack: Any, url: str) -> None:
         client.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
         # A second claim: a histogram's first observation creates its series, and rate()
         # sees only what comes after it.
-        stack.fresh_sandboxd()
         second = client.post("/sandboxes", json={"templateID": "base", "timeout": 60})
         assert second.status_code == 201, second.text
         for sid in (sandbox_id, second.json()["sandboxID"]):

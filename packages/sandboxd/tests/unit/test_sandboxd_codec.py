@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -226,6 +227,19 @@ def test_basic_auth_user() -> None:
     assert users.user_from_basic_auth("Basic " + base64.b64encode(b":").decode()) is None
     with pytest.raises(users.UnknownUserError):
         users.user_from_basic_auth("Basic ***")
+
+
+def test_the_daemons_own_home_is_home_when_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One daemon per sandbox on one machine: each its own home, as its $HOME says."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    me = users.current_user()
+    assert me.home == str(tmp_path)
+    assert users.resolve_path("notes.txt", me) == f"{tmp_path}/notes.txt"
+    assert users.resolve_path("~", me) == str(tmp_path)
+    monkeypatch.delenv("HOME")
+    assert users.current_user().home != str(tmp_path)
 
 
 def test_resolve_user_rules() -> None:

@@ -122,7 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"trace creates with OpenTelemetry, exported over OTLP/gRPC to "
         f"$OTEL_EXPORTER_OTLP_ENDPOINT (default: ${TRACING_ENV})",
     )
-    serve.add_argument("--pod-address-override", default=None, help="testing only")
+    serve.add_argument(
+        "--pod-address-override",
+        default=None,
+        help="testing only: HOST for every pod, or 'loopback': 127.x.y.z from each pod's UID",
+    )
     serve.add_argument(
         "--pod-port-map", type=_port_map, default={}, help="testing only: 49983=PORT,..."
     )

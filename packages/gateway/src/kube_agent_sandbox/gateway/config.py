@@ -26,7 +26,9 @@ class GatewayOptions:
             clients as the sandboxes' ``domain``; None = header routing only.
         public_url: the URL sandboxes reach the gateway at (for the daemon's heartbeat URL);
             None = no heartbeat URL is sent.
-        pod_address_override: testing only: every pod IP becomes this host.
+        pod_address_override: testing only: every pod IP becomes this host; ``loopback``:
+            each pod its own ``127.x.y.z`` (from a hash of its UID), where a local
+            daemon per pod listens.
         pod_port_map: testing only: sandbox port -> local port (with the override).
         hmac_secret_file: file holding the token secret; None = a random one per process.
         create_timeout_seconds: how long a create waits for the claim to become Ready.

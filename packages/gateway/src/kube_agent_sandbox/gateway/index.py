@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -20,6 +21,24 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import Obj, Reader
 
 NAME_INDEX: Final = "gateway-name"
+LOOPBACK_PER_POD: Final = "loopback"
+"""``pod_address_override`` value that gives each pod its own loopback address (testing)."""
+
+
+def loopback_address(pod_uid: str) -> str:
+    """The pod's own loopback address ``127.x.y.z``, from a hash of its UID.
+
+    Testing only (kwok pods run nothing): a local daemon per pod listens there, so two
+    sandboxes reach two daemons although every pod's ports are mapped the same way. The UID,
+    not the IP: a new pod may get a deleted pod's IP, and must not reach the old daemon.
+
+    Raises:
+        ValueError: if ``pod_uid`` is empty.
+    """
+    if not pod_uid:
+        raise ValueError("a pod without a UID has no loopback address")
+    x, y, z = hashlib.sha256(pod_uid.encode()).digest()[:3]
+    return f"127.{x}.{y}.{z % 254 + 1}"
 
 
 def name_index(obj: Obj) -> Iterable[str]:
@@ -99,7 +118,8 @@ class SandboxIndex:
         claims: cache of the gateway's SandboxClaims, with the :data:`NAME_INDEX` index.
         sandboxes: cache of Sandboxes.
         pods: cache of sandbox Pods.
-        pod_address_override: testing only: every pod address becomes this host.
+        pod_address_override: testing only: every pod address becomes this host, or
+            :data:`LOOPBACK_PER_POD`: each pod its own (:func:`loopback_address`).
         pod_port_map: testing only: sandbox port -> local port (with the override).
         warm_pools: cache of SandboxWarmPools (None: every lookup misses).
         templates: cache of SandboxTemplates (None: every lookup misses).
@@ -198,14 +218,21 @@ class SandboxIndex:
     def address(self, record: SandboxRecord, port: int) -> tuple[str, int] | None:
         """Where to reach ``port`` of the sandbox: ``(host, port)``, or None without a pod IP.
 
-        With :attr:`pod_address_override` every pod is that host and ports go through
-        :attr:`pod_port_map` (testing: kwok pods with a local daemon).
+        With :attr:`pod_address_override` every pod is that host (or its own loopback
+        address) and ports go through :attr:`pod_port_map` (testing: kwok pods with local
+        daemons).
         """
         ip = record.pod_ip
         if ip is None:
             return None
-        if self.pod_address_override is not None:
-            return self.pod_address_override, self.pod_port_map.get(port, port)
+        override = self.pod_address_override
+        if override == LOOPBACK_PER_POD:
+            uid = ((record.pod or {}).get("metadata") or {}).get("uid")
+            if not uid:
+                return None
+            return loopback_address(str(uid)), self.pod_port_map.get(port, port)
+        if override is not None:
+            return override, self.pod_port_map.get(port, port)
         return ip, port
 
     # -- change notification ----------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import urllib.parse
 
 import pytest
@@ -13,7 +14,13 @@ from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj
 from kube_agent_sandbox.gateway.controlplane import models
 from kube_agent_sandbox.gateway.controlplane.query import decode_token, encode_token
-from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, name_index
+from kube_agent_sandbox.gateway.index import (
+    LOOPBACK_PER_POD,
+    NAME_INDEX,
+    SandboxIndex,
+    loopback_address,
+    name_index,
+)
 
 
 def _claim(name: str, ns: str, *, bound: str | None = None, ready: bool = False) -> Obj:
@@ -103,6 +110,33 @@ def test_address_override_maps_ports() -> None:
     assert record is not None
     assert index.address(record, 49983) == ("127.0.0.1", 5000)
     assert index.address(record, 8080) == ("127.0.0.1", 8080)
+
+
+def test_loopback_override_gives_each_pod_its_own_address() -> None:
+    api = FakeApi()
+    for name in ("s1", "s2"):
+        api.add(SANDBOX_CLAIMS, _claim(name, "a", bound=name, ready=True))
+        api.add(SANDBOXES, {"metadata": {"name": name, "namespace": "a"}})
+        pod = {"name": name, "namespace": "a", "uid": f"uid-{name}"}
+        # The same IP: a new pod may get a deleted pod's; the UID tells them apart.
+        api.add(PODS, {"metadata": pod, "status": {"podIP": "10.0.0.7"}})
+    index = _index(api, pod_address_override=LOOPBACK_PER_POD, pod_port_map={49983: 5000})
+    first, second = index.lookup("s1"), index.lookup("s2")
+    assert first is not None
+    assert second is not None
+    assert index.address(first, 49983) == (loopback_address("uid-s1"), 5000)
+    assert index.address(second, 8080) == (loopback_address("uid-s2"), 8080)
+    assert loopback_address("uid-s1") != loopback_address("uid-s2")
+
+
+def test_loopback_address_is_a_stable_host_address_under_127() -> None:
+    for uid in ("3f1c9e2a-0000-4000-8000-000000000001", "x", "uid-s1"):
+        address = ipaddress.ip_address(loopback_address(uid))
+        assert address.is_loopback
+        assert str(address) == loopback_address(uid)  # stable: the harness computes it too
+        assert not str(address).endswith((".0", ".255"))
+    with pytest.raises(ValueError, match="without a UID"):
+        loopback_address("")
 
 
 async def test_wait_for_wakes_on_notify() -> None:

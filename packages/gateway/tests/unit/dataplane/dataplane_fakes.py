@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
+import pty as pty_module
 import socket
+import struct
+import termios
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -268,6 +273,9 @@ class LocalStream:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
 
+    async def resize(self, cols: int, rows: int) -> None:
+        raise AssertionError("resize of a command opened without a TTY")
+
     async def read(self) -> tuple[int, bytes] | None:
         while self._open:
             item = await self._queue.get()
@@ -284,6 +292,61 @@ class LocalStream:
             await self.proc.wait()
         for reader in self._readers:
             reader.cancel()
+
+
+class LocalTty:
+    """A command on a local pseudo-terminal, as ``pods/exec`` with ``tty=true`` runs it: one
+    output channel (stdout), stdin typed into the terminal, ``resize`` sets its size.
+
+    Attributes:
+        sizes: every ``(cols, rows)`` set, in order.
+    """
+
+    can_close_stdin = False
+
+    def __init__(self, proc: asyncio.subprocess.Process, master: int) -> None:
+        self.proc = proc
+        self.master = master
+        self.exit_code: int | None = None
+        self.failure: str | None = None
+        self.sizes: list[tuple[int, int]] = []
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def spawn(cls, argv: list[str], *, env: dict[str, str]) -> AsyncIterator[LocalTty]:
+        master, slave = pty_module.openpty()
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+        )
+        os.close(slave)
+        terminal = cls(proc, master)
+        try:
+            yield terminal
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            os.close(master)
+
+    async def write(self, data: bytes) -> None:
+        await asyncio.to_thread(os.write, self.master, data)
+
+    async def close_stdin(self) -> None:
+        raise AssertionError("a terminal's stdin is not closed")
+
+    async def resize(self, cols: int, rows: int) -> None:
+        self.sizes.append((cols, rows))
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    async def read(self) -> tuple[int, bytes] | None:
+        try:
+            chunk = await asyncio.to_thread(os.read, self.master, 65536)
+        except OSError:  # EIO: every process on the terminal closed it
+            chunk = b""
+        if chunk:
+            return 1, chunk
+        self.exit_code = await self.proc.wait()
+        return None
 
 
 @dataclass
@@ -316,12 +379,17 @@ class LocalExec:
         *,
         container: str | None,
         stdin: bool = False,
-    ) -> AsyncIterator[LocalStream]:
+        tty: bool = False,
+    ) -> AsyncIterator[LocalStream | LocalTty]:
         import os
 
         assert namespace == "tenant-a"
         assert pod == SANDBOX_ID
         self.commands.append(list(argv))
+        if tty:
+            async with LocalTty.spawn(argv, env={**os.environ, "HOME": self.home}) as terminal:
+                yield terminal
+            return
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,

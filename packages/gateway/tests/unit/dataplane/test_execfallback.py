@@ -17,7 +17,15 @@ from typing import Any
 
 import httpx
 import pytest
-from dataplane_fakes import ENVD_TOKEN, SANDBOX_ID, LocalExec, State, make_record, serve
+from dataplane_fakes import (
+    ENVD_TOKEN,
+    SANDBOX_ID,
+    LocalExec,
+    State,
+    eventually,
+    make_record,
+    serve,
+)
 from e2b import (
     AsyncSandbox,
     CommandExitException,
@@ -25,6 +33,7 @@ from e2b import (
     FileType,
     InvalidArgumentException,
     NotFoundException,
+    PtySize,
 )
 from packaging.version import Version
 
@@ -322,6 +331,37 @@ async def test_stdin_reaches_a_command_started_with_it(sandbox: AsyncSandbox) ->
     await other.wait()
 
 
+async def test_a_pty_types_resizes_and_ends_through_the_exec_fallback(
+    sandbox: AsyncSandbox, local_exec: LocalExec
+) -> None:
+    """The SDK's pty.create/send_stdin/resize over pods/exec with tty=true (a local terminal
+    here): the size reaches the terminal, typed input reaches the shell, the exit code returns."""
+    seen = bytearray()
+    terminal = await sandbox.pty.create(PtySize(rows=24, cols=80), on_data=seen.extend)
+    assert terminal.pid > 0
+    await sandbox.pty.send_stdin(terminal.pid, b"stty size; echo term=$TERM\n")
+    await eventually(lambda: b"24 80" in seen and b"term=xterm" in seen, within=15)
+    await sandbox.pty.resize(terminal.pid, PtySize(rows=40, cols=100))
+    await sandbox.pty.send_stdin(terminal.pid, b"stty size\n")
+    await eventually(lambda: b"40 100" in seen, within=15)
+    # stdin of a terminal is typed, not sent as a command's stdin (and the other way round).
+    with pytest.raises(InvalidArgumentException, match="is a PTY"):
+        await sandbox.commands.send_stdin(terminal.pid, "x")
+    await sandbox.pty.send_stdin(terminal.pid, b"exit 3\n")
+    with pytest.raises(CommandExitException) as ended:
+        await terminal.wait()
+    assert ended.value.exit_code == 3
+    with pytest.raises(NotFoundException):
+        await sandbox.pty.resize(terminal.pid, PtySize(rows=10, cols=10))
+
+
+async def test_a_pty_is_killed_through_the_exec_fallback(sandbox: AsyncSandbox) -> None:
+    terminal = await sandbox.pty.create(PtySize(rows=24, cols=80), on_data=lambda _: None)
+    assert await sandbox.pty.kill(terminal.pid) is True
+    with pytest.raises(CommandExitException):
+        await terminal.wait()
+
+
 async def test_kill_signals_the_command_and_its_children(sandbox: AsyncSandbox, home: Path) -> None:
     seen: list[str] = []
     handle = await sandbox.commands.run(
@@ -406,7 +446,21 @@ async def test_sigterm_and_bad_process_requests(gateway_url: str, home: Path) ->
             ("SendSignal", [1], 400, "invalid JSON"),
             ("SendInput", {"process": {"pid": 5}, "input": {"stdin": "%%%"}}, 400, "base64"),
             ("SendInput", {"process": {"pid": 5}}, 400, "input.stdin"),
-            ("SendInput", {"process": {"pid": 5}, "input": {"pty": "eA=="}}, 501, "PTY"),
+            ("SendInput", {"process": {"pid": 5}, "input": {"pty": "eA=="}}, 404, "not found"),
+            ("SendInput", {"process": {"pid": 5}, "input": {"pty": "%"}}, 400, "pty is not base64"),
+            ("Update", {"process": {"pid": 5}}, 400, "pty.size is required"),
+            (
+                "Update",
+                {"process": {"pid": 5}, "pty": {"size": {"cols": 0, "rows": 3}}},
+                400,
+                "invalid pty.size",
+            ),
+            (
+                "Update",
+                {"process": {"pid": 5}, "pty": {"size": {"cols": 80, "rows": 24}}},
+                404,
+                "not a PTY",
+            ),
             ("CloseStdin", {"process": {"pid": 5}}, 404, "not found"),
             ("StreamInput", {}, 501, "not available"),
         ]

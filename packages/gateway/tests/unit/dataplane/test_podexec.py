@@ -29,6 +29,7 @@ class FakeExecEndpoint:
     def __init__(self, *, protocols: tuple[str, ...] = ("v5.channel.k8s.io",)) -> None:
         self.protocols = protocols
         self.seen: dict[str, Any] = {}
+        self.resizes: list[dict[str, int]] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "websocket":
@@ -61,6 +62,8 @@ class FakeExecEndpoint:
                     break
                 if data[:1] == b"\x00":
                     await send({"type": "websocket.send", "bytes": b"\x01" + data[1:]})
+                if data[:1] == b"\x04":
+                    self.resizes.append(json.loads(data[1:]))
             await send({"type": "websocket.send", "bytes": b"\x03" + SUCCESS})
         await send({"type": "websocket.close", "code": 1000})
 
@@ -99,6 +102,21 @@ async def test_stdin_is_streamed_and_closed_and_the_exit_code_read(
     assert fake.seen["query"]["container"] == ["sandbox"]
     assert fake.seen["query"]["stdin"] == ["true"]
     assert fake.seen["accept"] in (None, b"*/*")  # kubelets answer application/json with 406
+
+
+async def test_a_tty_has_no_stderr_stream_and_takes_resizes(
+    endpoint: tuple[FakeExecEndpoint, PodExec],
+) -> None:
+    fake, pod_exec = endpoint
+    async with pod_exec.open("ns-a", "pod-1", ["bash"], stdin=True, tty=True) as stream:
+        await stream.resize(100, 40)
+        await stream.write(b"typed")
+        assert await stream.read() == (1, b"typed")
+        await stream.close_stdin()
+        assert await stream.read() is None
+    assert fake.seen["query"]["tty"] == ["true"]
+    assert "stderr" not in fake.seen["query"]  # the kubelet refuses stderr with a TTY
+    assert fake.resizes == [{"Width": 100, "Height": 40}]
 
 
 async def test_run_collects_a_failure(endpoint: tuple[FakeExecEndpoint, PodExec]) -> None:

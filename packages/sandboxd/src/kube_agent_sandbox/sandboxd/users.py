@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import os
 import posixpath
 import pwd
@@ -51,19 +52,20 @@ def _from_entry(entry: pwd.struct_passwd) -> User:
 
 
 def current_user() -> User:
-    """The identity the daemon itself runs as."""
+    """The identity the daemon itself runs as, its home ``$HOME`` when set.
+
+    ``$HOME`` first, as a shell's ``~`` (and Python's ``expanduser``) does: the daemon's
+    environment is what its own processes get, and what a container runtime or a test
+    harness (one daemon and home per sandbox) configures.
+    """
     uid = os.geteuid()
+    home = os.environ.get("HOME")
     try:
         entry = pwd.getpwuid(uid)
     except KeyError:
-        return User(
-            name=str(uid),
-            uid=uid,
-            gid=os.getegid(),
-            home=os.environ.get("HOME", "/"),
-            shell="/bin/sh",
-        )
-    return _from_entry(entry)
+        return User(name=str(uid), uid=uid, gid=os.getegid(), home=home or "/", shell="/bin/sh")
+    user = _from_entry(entry)
+    return dataclasses.replace(user, home=home) if home else user
 
 
 def lookup(name: str) -> User | None:

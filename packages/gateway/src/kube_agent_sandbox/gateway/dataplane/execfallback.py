@@ -15,12 +15,15 @@ envd's wire shapes from :mod:`.execwire`):
 - ``process.Process/Start`` with ``stdin: true`` keeps the exec stream's stdin open:
   ``SendInput`` writes to it and ``CloseStdin`` closes it (v5), for commands this gateway
   replica started; ``process.Process/SendSignal`` → ``kill`` of the PID and its descendants;
+- ``process.Process/Start`` with ``pty`` runs the command on the exec API's terminal
+  (``tty=true``, its size set through the resize channel): output as ``pty`` data,
+  ``SendInput`` with ``input.pty`` types into it, ``Update`` resizes it (same replica);
 - ``filesystem.Filesystem/{Stat, ListDir, MakeDir, Remove, Move}`` → ``stat``/``find``/
   ``mkdir``/``rm``/``mv``.
 
 Limits (documented): every call costs an apiserver and kubelet round trip; commands run as the
 container's user (``username`` is ignored); stdin only reaches commands started through the
-same gateway replica; no PTY, ``StreamInput``, reattach, watch or port forwarding. A client
+same gateway replica (PTYs too); no ``StreamInput``, reattach, watch or port forwarding. A client
 that disconnects from a running command has it killed.
 """
 
@@ -147,6 +150,8 @@ class ExecFallback:
                 response = Response(b"{}", media_type="application/json")
             elif path in STDIN_METHODS and method == "POST":
                 response = await self._stdin(target, path.rsplit("/", 1)[1], receive)
+            elif path == "/process.Process/Update" and method == "POST":
+                response = await self._update(target, receive)
             elif path == "/process.Process/SendSignal" and method == "POST":
                 response = await self._signal(target, receive)
             elif path.startswith("/filesystem.Filesystem/") and method == "POST":
@@ -359,9 +364,14 @@ class ExecFallback:
             )
         except (ValueError, TypeError, AttributeError) as err:
             return connect_error("invalid_argument", f"invalid Start request: {err}")
+        size: tuple[int, int] | None = None
         if request.get("pty"):
-            return connect_error("unimplemented", "PTYs are not available without sandboxd")
-        stdin = request.get("stdin") is True
+            try:
+                size = _pty_size(request["pty"])
+            except ExecFailure as failure:
+                return connect_error(failure.code, failure.message)
+        # A terminal always has an input: SendInput with ``input.pty`` writes to it.
+        stdin = request.get("stdin") is True or size is not None
         interval = KEEPALIVE_SECONDS
         with contextlib.suppress(ValueError):
             interval = max(1.0, float(header(scope, b"keepalive-ping-interval") or interval))
@@ -370,10 +380,12 @@ class ExecFallback:
         def started(pid: int) -> None:
             if stdin and pid > 0:
                 key = (target.namespace, target.pod, pid)
-                self.stdin[key] = _Stdin(stream)
+                self.stdin[key] = _Stdin(stream, tty=size is not None)
                 keys.append(key)
 
-        async with target.open(argv, stdin=stdin) as stream:
+        async with target.open(argv, stdin=stdin, tty=size is not None) as stream:
+            if size is not None:
+                await stream.resize(*size)
             await send(
                 {
                     "type": "http.response.start",
@@ -385,7 +397,13 @@ class ExecFallback:
                 on_stream(True)
             try:
                 await _relay_process(
-                    stream, receive, send, interval=interval, target=target, on_start=started
+                    stream,
+                    receive,
+                    send,
+                    interval=interval,
+                    target=target,
+                    on_start=started,
+                    tty=size is not None,
                 )
             finally:
                 for key in keys:
@@ -425,22 +443,27 @@ class ExecFallback:
     async def _stdin(self, target: _Target, method: str, receive: Receive) -> Response:
         request, pid = await self._process_request(receive)
         data = b""
+        field = "stdin"
         if method == "SendInput":
             given = request.get("input")
-            if not isinstance(given, dict) or not isinstance(given.get("stdin", ""), str):
+            field = "pty" if isinstance(given, dict) and "pty" in given else "stdin"
+            if not isinstance(given, dict) or not isinstance(given.get(field, ""), str):
                 raise ExecFailure("invalid_argument", "input.stdin (base64) is required")
-            if "pty" in given:
-                raise ExecFailure("unimplemented", "PTYs are not available without sandboxd")
             try:
-                data = base64.b64decode(given.get("stdin", ""), validate=True)
+                data = base64.b64decode(given.get(field, ""), validate=True)
             except ValueError as err:
-                raise ExecFailure("invalid_argument", "input.stdin is not base64") from err
+                raise ExecFailure("invalid_argument", f"input.{field} is not base64") from err
         entry = self.stdin.get((target.namespace, target.pod, pid))
         if entry is None:
             raise ExecFailure(
                 "not_found",
                 f"process with pid {pid} not found, or not started with stdin through this "
                 "gateway replica (stdin without sandboxd only reaches those)",
+            )
+        if (field == "pty") != entry.tty:
+            kind, wanted = ("a PTY", "pty") if entry.tty else ("not a PTY", "stdin")
+            raise ExecFailure(
+                "invalid_argument", f"process with pid {pid} is {kind}: send input.{wanted}"
             )
         stream = entry.stream
         if method == "CloseStdin" and not stream.can_close_stdin:
@@ -455,6 +478,26 @@ class ExecFallback:
                     await stream.write(data)
             except Exception as err:  # the exec connection closed under us: the command ended
                 logger.debug("stdin of pid %s in %s/%s: %s", pid, target.namespace, target.pod, err)
+                raise ExecFailure("not_found", f"process with pid {pid} has ended") from err
+        return Response(b"{}", media_type="application/json")
+
+    async def _update(self, target: _Target, receive: Receive) -> Response:
+        """``Update``: resize the terminal of a PTY this gateway replica started."""
+        request, pid = await self._process_request(receive)
+        if not request.get("pty"):
+            raise ExecFailure("invalid_argument", "pty.size is required")
+        size = _pty_size(request["pty"])
+        entry = self.stdin.get((target.namespace, target.pod, pid))
+        if entry is None or not entry.tty:
+            raise ExecFailure(
+                "not_found",
+                f"process with pid {pid} not found, or not a PTY started through this gateway "
+                "replica (PTYs without sandboxd only reach those)",
+            )
+        async with entry.lock:
+            try:
+                await entry.stream.resize(*size)
+            except Exception as err:  # the exec connection closed under us: the PTY ended
                 raise ExecFailure("not_found", f"process with pid {pid} has ended") from err
         return Response(b"{}", media_type="application/json")
 
@@ -487,12 +530,12 @@ class _Target:
         self.container = container
 
     def open(
-        self, argv: list[str], *, stdin: bool = False
+        self, argv: list[str], *, stdin: bool = False, tty: bool = False
     ) -> AbstractAsyncContextManager[CommandStream]:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
         return self.pod_exec.open(
-            self.namespace, self.pod, argv, container=self.container, stdin=stdin
+            self.namespace, self.pod, argv, container=self.container, stdin=stdin, tty=tty
         )
 
     async def run(self, argv: list[str]) -> CommandOutput:
@@ -502,11 +545,28 @@ class _Target:
 
 
 class _Stdin:
-    """The stdin of a command started with ``stdin: true``; writes go one call at a time."""
+    """The stdin of a command started with ``stdin: true`` or a PTY (``tty``); writes and
+    resizes go one call at a time."""
 
-    def __init__(self, stream: CommandStream) -> None:
+    def __init__(self, stream: CommandStream, *, tty: bool = False) -> None:
         self.stream = stream
+        self.tty = tty
         self.lock = asyncio.Lock()
+
+
+def _pty_size(pty: Any) -> tuple[int, int]:
+    """``(cols, rows)`` of a request's ``pty`` (``{"size": {"cols": .., "rows": ..}}``).
+
+    Raises:
+        ExecFailure: when the size is missing or out of 1..65535.
+    """
+    size = pty.get("size") if isinstance(pty, dict) else None
+    if not isinstance(size, dict):
+        raise ExecFailure("invalid_argument", "pty.size is required")
+    values = (size.get("cols"), size.get("rows"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536 for v in values):
+        raise ExecFailure("invalid_argument", f"invalid pty.size {size!r} (cols and rows 1..65535)")
+    return int(size["cols"]), int(size["rows"])
 
 
 class _Upload:
@@ -578,7 +638,10 @@ async def _relay_process(
     interval: float,
     target: _Target,
     on_start: Callable[[int], None] | None = None,
+    tty: bool = False,
 ) -> None:
+    # The wrapper prints the PID first on stderr, which a terminal merges into stdout.
+    pid_channel = execproto.STDOUT if tty else execproto.STDERR
     pid_prefix = execproto.PidPrefix()
     started = False
 
@@ -591,7 +654,7 @@ async def _relay_process(
         nonlocal started
         while (chunk := await stream.read()) is not None:
             channel, payload = chunk
-            if channel == execproto.STDERR:
+            if channel == pid_channel:
                 payload = pid_prefix.feed(payload)
                 if pid_prefix.pid is not None and not started:
                     started = True
@@ -604,7 +667,7 @@ async def _relay_process(
             elif not started:
                 started = True
                 await frame({"event": {"start": {"pid": 0}}})
-            key = "stdout" if channel == execproto.STDOUT else "stderr"
+            key = "pty" if tty else "stdout" if channel == execproto.STDOUT else "stderr"
             data = base64.b64encode(payload).decode()
             await frame({"event": {"data": {key: data}}})
 

@@ -176,6 +176,10 @@ class CommandStream(Protocol):
         """Close the command's stdin."""
         ...
 
+    async def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal size (a command opened with ``tty``)."""
+        ...
+
     async def read(self) -> tuple[int, bytes] | None:
         """The next ``(channel, chunk)`` of stdout/stderr, or None once the command ended."""
         ...
@@ -216,8 +220,10 @@ class PodCommands(Protocol):
         *,
         container: str | None = None,
         stdin: bool = False,
+        tty: bool = False,
     ) -> AbstractAsyncContextManager[CommandStream]:
-        """A stream running ``command``; closed when the context exits."""
+        """A stream running ``command`` (on a terminal with ``tty``); closed when the context
+        exits."""
         ...
 
     async def run(

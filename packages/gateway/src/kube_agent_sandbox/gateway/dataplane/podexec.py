@@ -73,6 +73,10 @@ class ExecStream:
         if self.can_close_stdin:
             await self._ws.send_bytes(execproto.close_stdin_frame())
 
+    async def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal size of a command started with a TTY."""
+        await self._ws.send_bytes(execproto.resize_frame(cols, rows))
+
     async def read(self) -> tuple[int, bytes] | None:
         """The next stdout/stderr chunk, or None once the command ended."""
         while True:
@@ -145,15 +149,20 @@ class PodExec:
         *,
         container: str | None = None,
         stdin: bool = False,
+        tty: bool = False,
     ) -> AsyncIterator[ExecStream]:
         """An exec stream running ``command`` (argv) in ``pod``; closed on exit.
+
+        With ``tty`` the command runs on a terminal: its stderr comes on stdout, and
+        :meth:`ExecStream.resize` sets the terminal's size.
 
         Raises:
             PodExecError: if the upgrade is refused or the apiserver cannot be reached.
         """
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
         params: list[tuple[str, str]] = [("command", arg) for arg in command]
-        params += [("stdout", "true"), ("stderr", "true")]
+        # With a TTY the kubelet merges stderr into stdout and refuses a stderr stream.
+        params += [("stdout", "true"), ("tty" if tty else "stderr", "true")]
         if stdin:
             params.append(("stdin", "true"))
         if container:
