@@ -90,7 +90,6 @@ def _row(page: Page, sandbox_id: str) -> Any:
 
 
 def _create(stack: Any, template: str = "base") -> str:
-    stack.fresh_sandboxd()
     response = httpx.post(
         f"{stack.url}/v2/sandboxes",
         json={"templateID": template, "timeout": 600},
