@@ -91,6 +91,7 @@ class SandboxSnapshotStatus(KubeModel):
         source_pod: The Pod whose container was committed.
         container_id: The containerd ID of that container (what the node agent commits).
         node: The node that hosted the container and committed it.
+        target: Where the image is pushed, ``registry/repository:tag``.
         start_time: When the commit started.
         completion_time: When it became Ready or Failed.
     """
@@ -105,6 +106,7 @@ class SandboxSnapshotStatus(KubeModel):
     source_pod: str | None = None
     container_id: str | None = Field(default=None, alias="containerID")
     node: str | None = None
+    target: str | None = None
     start_time: KubeTime | None = None
     completion_time: KubeTime | None = None
 
