@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
 from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import (
@@ -34,7 +35,6 @@ from kube_agent_sandbox.controller.runtime import (
     namespace_of,
     truncate_note,
 )
-from kube_agent_sandbox.controller.sandbox.pod import resolve_pod_name
 from kube_agent_sandbox.extensions.snapshot import status as s
 from kube_agent_sandbox.extensions.snapshot.containerd import (
     ContainerdError,
@@ -176,7 +176,7 @@ class SnapshotReconciler:
             return await self._fail(
                 snapshot, s.REASON_SANDBOX_NOT_FOUND, f"Sandbox {namespace}/{source} does not exist"
             )
-        pod_name = resolve_pod_name(sandbox)
+        pod_name = pod_name_of(sandbox)
         try:
             pod = await self._client.get(PODS, namespace, pod_name)
         except ApiError as exc:
@@ -332,6 +332,12 @@ class SnapshotReconciler:
             self._recorder.event(
                 snapshot, type_=type_, reason=reason, action="Snapshot", note=truncate_note(message)
             )
+
+
+def pod_name_of(sandbox: Obj) -> str:
+    """The Sandbox's Pod: the ``agents.x-k8s.io/pod-name`` annotation if set, else its name."""
+    annotated = (meta(sandbox).get("annotations") or {}).get(c.ANNOTATION_POD_NAME)
+    return str(annotated) if annotated else name_of(sandbox)
 
 
 def _ready_message(snapshot: Obj) -> str | None:
