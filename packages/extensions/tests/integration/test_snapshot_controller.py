@@ -24,7 +24,14 @@ import yaml
 from extensions_runner import start_extensions_controller
 from snapshot_support import FolderCommitter, SnapshotEnv
 
-from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_SNAPSHOTS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
 from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import (
@@ -33,6 +40,10 @@ from kube_agent_sandbox.controller.runtime import (
     Manager,
     Obj,
     load_kubeconfig,
+)
+from kube_agent_sandbox.extensions.claim.fromsnapshot import (
+    ANNOTATION_SNAPSHOT,
+    ANNOTATION_SNAPSHOT_PULL_SECRET,
 )
 from kube_agent_sandbox.extensions.snapshot import status as s
 from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent
@@ -83,6 +94,7 @@ def _start_controller(
     settings: RegistrySettings,
     *,
     commit_timeout: float = 600.0,
+    names: tuple[str, ...] = ("snapshot",),
 ) -> None:
     options = ControllerOptions(
         extensions=True,
@@ -96,7 +108,7 @@ def _start_controller(
         rootpath=request.config.rootpath,
         namespace=namespace,
         options=options,
-        names=("snapshot",),
+        names=names,
     )
 
 
@@ -393,3 +405,49 @@ def _restart(supervisor: ProcessSupervisor, config: Path) -> None:
     argv = [str(versions.bin_dir() / "registry"), "serve", str(config)]
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "none"}
     supervisor.start("registry-restarted", argv, env=env)
+
+
+async def test_a_claim_from_a_snapshot_runs_its_image_and_never_adopts_a_warm_sandbox(
+    cluster: Any,
+    env: SnapshotEnv,
+    namespace: str,
+    controller_runner: ControllerRunner,
+    request: pytest.FixtureRequest,
+    registry_settings: RegistrySettings,
+    agent_sandbox_crds: list[str],
+    tmp_path: Path,
+) -> None:
+    names = ("warmpool", "claim", "snapshot")
+    _start_controller(controller_runner, request, namespace, registry_settings, names=names)
+    pod = {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+    await env.create(SANDBOX_TEMPLATES, {"metadata": {"name": "tpl"}, "spec": {"podTemplate": pod}})
+    pool_spec = {"replicas": 1, "sandboxTemplateRef": {"name": "tpl"}}
+    await env.create(SANDBOX_WARM_POOLS, {"metadata": {"name": "pool"}, "spec": pool_spec})
+
+    async def warm_member_ready() -> bool:
+        obj = await env.get(SANDBOX_WARM_POOLS, "pool")
+        return ((obj or {}).get("status") or {}).get("readyReplicas") == 1
+
+    await env.until(warm_member_ready, "a ready warm Sandbox the claim could adopt")
+    annotations = {ANNOTATION_SNAPSHOT: "snap", ANNOTATION_SNAPSHOT_PULL_SECRET: SECRET}
+    claim = {"metadata": {"name": "fork", "annotations": annotations}}
+
+    # Before the snapshot exists, the claim says why it waits.
+    await env.create(SANDBOX_CLAIMS, {**claim, "spec": {"warmPoolRef": {"name": "pool"}}})
+
+    async def waiting() -> bool:
+        obj = await env.get(SANDBOX_CLAIMS, "fork")
+        conds = ((obj or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("reason") == "SnapshotNotReady" for c in conds)
+
+    await env.until(waiting, "the claim's SnapshotNotReady condition")
+    ready = await _committed_snapshot(cluster, env, namespace, registry_settings, tmp_path)
+
+    async def forked() -> Obj | None:
+        return await env.get(SANDBOXES, "fork")
+
+    sandbox = await env.until(forked, "the claim's Sandbox")
+    pod_spec = sandbox["spec"]["podTemplate"]["spec"]
+    assert pod_spec["containers"][0]["image"] == ready["status"]["image"]
+    assert {"name": SECRET} in pod_spec["imagePullSecrets"]
+    assert sandbox["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == c.LAUNCH_TYPE_COLD
