@@ -238,6 +238,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agent-sandbox-snapshotter", description=__doc__)
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
     parser.add_argument("--containerd-socket", default=DEFAULT_SOCKET)
+    parser.add_argument("--ctr", default="ctr", help="containerd's ctr (the node's, mounted)")
     parser.add_argument("--snapshot-registry", required=True)
     parser.add_argument("--snapshot-registry-secret", default="")
     parser.add_argument("--snapshot-registry-ca", default="")
@@ -257,7 +258,7 @@ async def run(args: argparse.Namespace) -> None:
         args.snapshot_registry_ca,
         args.snapshot_repository_prefix,
     )
-    node = ContainerdNode(Path(args.containerd_socket))
+    node = ContainerdNode(Path(args.containerd_socket), ctr=args.ctr)
     async with ApiClient(load_config(args.kubeconfig or None)) as api:
         manager = Manager(
             api,
