@@ -51,6 +51,7 @@ from kube_agent_sandbox.extensions.snapshot.commit import commit_container as _c
 from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdError, ContainerdNode
 from kube_agent_sandbox.extensions.snapshot.image import ImageError
 from kube_agent_sandbox.extensions.snapshot.layer import LayerError
+from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
 from kube_agent_sandbox.extensions.snapshot.registry import RegistryClient, RegistryError
 from kube_agent_sandbox.extensions.snapshot.settings import (
     RegistrySettings,
@@ -108,6 +109,7 @@ class SnapshotAgent:
         settings: The registry (credentials read per commit).
         committer: Does the commit.
         recorder: Receives the Events.
+        metrics: Counts the snapshots this agent ended.
         clock: Now, in UTC.
     """
 
@@ -120,9 +122,11 @@ class SnapshotAgent:
         settings: RegistrySettings,
         committer: Committer,
         recorder: EventRecorder | None = None,
+        metrics: SnapshotMetrics | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._client = client
+        self._metrics = metrics
         self._snapshots = snapshots
         self._node = node_name
         self._settings = settings
@@ -219,6 +223,8 @@ class SnapshotAgent:
                     SANDBOX_SNAPSHOTS, namespace_of(snapshot), name_of(snapshot)
                 )
                 continue
+            if self._metrics is not None:
+                self._metrics.finished(namespace_of(snapshot), phase, reason)
             if self._recorder is not None:
                 self._recorder.event(
                     snapshot,
@@ -272,6 +278,7 @@ async def run(args: argparse.Namespace) -> None:
             settings=settings,
             committer=node_committer(node, Path(args.workdir) if args.workdir else None),
             recorder=manager.event_recorder(EVENT_REPORTER),
+            metrics=SnapshotMetrics(manager.registry),
         )
         ControllerBuilder(manager, CONTROLLER_NAME).for_resource(SANDBOX_SNAPSHOTS).with_workers(
             4
