@@ -144,6 +144,7 @@ def test_a_new_pod_from_the_snapshot_finds_the_file_the_sandbox_wrote(
 async def _run_snapshot_stack(
     kubeconfig: Path,
     node: Any,
+    node_name: str,
     settings: RegistrySettings,
     workdir: Path,
     body: Callable[[], Awaitable[None]],
@@ -162,7 +163,7 @@ async def _run_snapshot_stack(
         agent = SnapshotAgent(
             manager.client,
             snapshots=manager.informer(SANDBOX_SNAPSHOTS),
-            node_name=node.name,
+            node_name=node_name,
             settings=settings,
             committer=node_committer(ContainerdNode(node.containerd.layout.socket), workdir),
         )
@@ -191,6 +192,7 @@ def test_snapshot_ready_then_a_claim_from_it_sees_the_file_then_deletion_deletes
     manifest = sandbox_manifest("writer", image=python_image, command=["python3", "-c", WRITER])
     handle = SandboxHandle.create(api, namespace, manifest)
     handle.wait_condition("Ready")
+    node_name = handle.pod()["spec"]["nodeName"]
     cluster.apply(
         {**_pull_secret(oci_registry), "metadata": {"name": "registry", "namespace": namespace}}
     )
@@ -265,7 +267,7 @@ def test_snapshot_ready_then_a_claim_from_it_sees_the_file_then_deletion_deletes
         assert status["phase"] == "Ready", status
         assert status["digest"].startswith("sha256:")
         assert status["image"].endswith(status["digest"])
-        assert status["node"] == node.name
+        assert status["node"] == node_name
         # The sandbox keeps running after the commit.
         assert handle.pod()["status"]["phase"] == "Running"
 
@@ -298,4 +300,6 @@ def test_snapshot_ready_then_a_claim_from_it_sees_the_file_then_deletion_deletes
                 await registry.get_manifest(repository, digest)
         assert gone.value.status == 404
 
-    asyncio.run(_run_snapshot_stack(cluster.kubeconfig, node, settings, tmp_path, scenario))
+    asyncio.run(
+        _run_snapshot_stack(cluster.kubeconfig, node, node_name, settings, tmp_path, scenario)
+    )
