@@ -451,3 +451,25 @@ async def test_a_claim_from_a_snapshot_runs_its_image_and_never_adopts_a_warm_sa
     assert pod_spec["containers"][0]["image"] == ready["status"]["image"]
     assert {"name": SECRET} in pod_spec["imagePullSecrets"]
     assert sandbox["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == c.LAUNCH_TYPE_COLD
+
+
+async def test_a_commit_no_agent_finishes_times_out(
+    env: SnapshotEnv,
+    namespace: str,
+    controller_runner: ControllerRunner,
+    request: pytest.FixtureRequest,
+    registry_settings: RegistrySettings,
+    agent_sandbox_crds: list[str],
+) -> None:
+    _start_controller(controller_runner, request, namespace, registry_settings, commit_timeout=3.0)
+    await env.running_sandbox("box")
+    await env.snapshot("snap", "box")
+    failed = await env.until_phase("snap", s.FAILED)
+    (ready,) = failed["status"]["conditions"]
+    assert ready["reason"] == s.REASON_TIMED_OUT
+    assert failed["status"]["node"]  # it was Committing on that node
+    assert "agent-sandbox-snapshotter" in ready["message"]
+    assert failed["status"]["completionTime"]
+    # Nothing was pushed: it goes without asking the registry.
+    await env.delete(SANDBOX_SNAPSHOTS, "snap")
+    await env.until_gone(SANDBOX_SNAPSHOTS, "snap")
