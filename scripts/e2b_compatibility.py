@@ -137,7 +137,9 @@ def render(mapping: dict[str, Any]) -> str:
             python = f"`{method}`" if only in (None, "python") else "—"
             js = f"`{camel(method)}`" if only in (None, "js") else "—"
             if entry["status"] == "not supported":
-                notes = f"{entry['reason']}. Plan: issue {entry['plan']}."
+                plan = entry["plan"]
+                plan = f"issue {plan}" if isinstance(plan, int) else plan
+                notes = f"{entry['reason']}. Plan: {plan}."
             else:
                 notes = entry.get("note", "")
             row = [surface["name"], python, js, entry["status"], _cell(notes)]

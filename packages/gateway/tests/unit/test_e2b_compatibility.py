@@ -67,3 +67,22 @@ def test_a_bad_mapping_entry_is_refused(
 
 def _flow(entry: dict[str, str]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in entry.items()) + "}"
+
+
+def test_a_plan_is_an_issue_number_or_a_sentence(compat: Any) -> None:
+    mapping = {
+        "surfaces": [
+            {
+                "name": "S",
+                "methods": {
+                    "a": {"status": "not supported", "reason": "why", "plan": 20},
+                    "b": {"status": "not supported", "reason": "why", "plan": "use `/x`"},
+                },
+            }
+        ]
+    }
+    rows = compat.render(mapping).splitlines()[2:]
+    assert rows == [
+        "| S | `a` | `a` | not supported | why. Plan: issue 20. |",
+        "| S | `b` | `b` | not supported | why. Plan: use `/x`. |",
+    ]
