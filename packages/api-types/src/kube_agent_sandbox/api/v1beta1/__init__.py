@@ -1,4 +1,4 @@
-"""The v1beta1 API (storage version, conversion hub) of every kind."""
+"""The v1beta1 API (storage version, conversion hub) of all four kinds."""
 
 from kube_agent_sandbox.api.v1beta1.common import (
     EmbeddedObjectMetadata,
@@ -24,13 +24,6 @@ from kube_agent_sandbox.api.v1beta1.sandbox_claim import (
     SandboxClaimSpec,
     SandboxClaimStatus,
     WarmPoolRef,
-)
-from kube_agent_sandbox.api.v1beta1.sandbox_snapshot import (
-    SandboxSnapshot,
-    SandboxSnapshotSpec,
-    SandboxSnapshotStatus,
-    SnapshotMode,
-    SnapshotPhase,
 )
 from kube_agent_sandbox.api.v1beta1.sandbox_template import (
     EnvVarsInjectionPolicy,
@@ -68,9 +61,6 @@ __all__ = [
     "SandboxClaim",
     "SandboxClaimSpec",
     "SandboxClaimStatus",
-    "SandboxSnapshot",
-    "SandboxSnapshotSpec",
-    "SandboxSnapshotStatus",
     "SandboxSpec",
     "SandboxStatus",
     "SandboxTemplate",
@@ -80,8 +70,6 @@ __all__ = [
     "SandboxWarmPoolSpec",
     "SandboxWarmPoolStatus",
     "ShutdownPolicy",
-    "SnapshotMode",
-    "SnapshotPhase",
     "UpdateStrategy",
     "UpdateStrategyType",
     "VolumeClaimTemplatesPolicy",
