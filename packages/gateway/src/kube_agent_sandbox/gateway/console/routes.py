@@ -150,13 +150,10 @@ class Console:
 
     async def details(self, request: Request) -> Response:
         """``GET /console/api/sandboxes/{id}``: the row, its recent Events, its log's tail."""
-        tenant = authenticate(request, self.state)
-        if isinstance(tenant, Response):
-            return tenant
-        sandbox_id = str(request.path_params["sandbox_id"])
-        row = self._row(tenant, sandbox_id)
-        if row is None:
-            return sandbox_not_found(sandbox_id)
+        target = self._target(request)
+        if isinstance(target, Response):
+            return target
+        tenant, row = target
         objects = [("SandboxClaim", row["claim"]), ("Sandbox", row["sandbox"]), ("Pod", row["pod"])]
         wanted = [(kind, str(name)) for kind, name in objects if name]
 
