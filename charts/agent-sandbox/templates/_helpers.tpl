@@ -88,6 +88,10 @@ Integers come out of values.yaml as float64: print them as integers.
 {{- if $c.idleShutdown }}
 - "--idle-shutdown"
 {{- end }}
+{{- if .Values.snapshots.enabled }}
+- {{ printf "--snapshot-registry=%s" .Values.snapshots.registry | quote }}
+{{- include "agent-sandbox.flag" (list "snapshot-registry-secret" (.Values.snapshots.registrySecret | default nil)) }}
+{{- end }}
 {{- end }}
 - {{ printf "--webhook-service-name=%s" .Values.webhookServiceName | quote }}
 - {{ printf "--webhook-namespace=%s" .Release.Namespace | quote }}
@@ -114,6 +118,12 @@ Integers come out of values.yaml as float64: print them as integers.
 
 {{/* Refuse combinations the schema cannot express. */}}
 {{- define "agent-sandbox.validate" -}}
+{{- if and .Values.snapshots.enabled (not .Values.controller.extensions) -}}
+{{- fail "snapshots.enabled needs controller.extensions=true: the SandboxSnapshot controller is an extension" -}}
+{{- end -}}
+{{- if and .Values.snapshots.enabled (not .Values.snapshots.registry) -}}
+{{- fail "snapshots.enabled needs snapshots.registry (https://host[:port] of the snapshot registry)" -}}
+{{- end -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.controller.leaderElect) -}}
 {{- fail (printf "replicaCount %d needs controller.leaderElect=true: without leader election every replica would reconcile the same objects" (int .Values.replicaCount)) -}}
 {{- end -}}
