@@ -58,9 +58,13 @@ WRITER = (
 )
 
 
-def _pull_secret(registry: RunningRegistry) -> dict[str, object]:
+def _dockerconfigjson(registry: RunningRegistry) -> bytes:
     auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
-    config = json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
+    return json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
+
+
+def _pull_secret(registry: RunningRegistry) -> dict[str, object]:
+    config = _dockerconfigjson(registry)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -154,7 +158,7 @@ async def _run_snapshot_stack(
     options = ControllerOptions(
         extensions=True,
         snapshot_registry=settings.url,
-        snapshot_registry_secret="/".join(settings.secret or ()),
+        snapshot_registry_auth_file=settings.auth_file,
         snapshot_registry_ca=settings.ca_file,
     )
     async with ApiClient(load_kubeconfig(str(kubeconfig))) as api:
@@ -196,9 +200,12 @@ def test_snapshot_ready_then_a_claim_from_it_sees_the_file_then_deletion_deletes
     cluster.apply(
         {**_pull_secret(oci_registry), "metadata": {"name": "registry", "namespace": namespace}}
     )
+    # The credentials file the controller and the agent get by mounting that Secret.
+    auth_file = tmp_path / "registry-auth.json"
+    auth_file.write_bytes(_dockerconfigjson(oci_registry))
     settings = RegistrySettings(
         url=oci_registry.url,
-        secret=(namespace, "registry"),
+        auth_file=str(auth_file),
         ca_file=str(oci_registry.ca_file or ""),
     )
     reader = (

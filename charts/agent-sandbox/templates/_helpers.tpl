@@ -77,6 +77,14 @@ Integers come out of values.yaml as float64: print them as integers.
 {{- end -}}
 
 {{/* The controller's arguments. */}}
+{{/* Where the snapshot registry's Secret is mounted (controller and node agent). */}}
+{{- define "agent-sandbox.snapshotAuthDir" -}}
+/etc/agent-sandbox/snapshot-registry
+{{- end -}}
+{{- define "agent-sandbox.snapshotAuthFile" -}}
+{{ include "agent-sandbox.snapshotAuthDir" . }}/.dockerconfigjson
+{{- end -}}
+
 {{- define "agent-sandbox.args" -}}
 {{- $c := .Values.controller -}}
 - {{ printf "--leader-elect=%t" $c.leaderElect | quote }}
@@ -90,7 +98,9 @@ Integers come out of values.yaml as float64: print them as integers.
 {{- end }}
 {{- if .Values.snapshots.enabled }}
 - {{ printf "--snapshot-registry=%s" .Values.snapshots.registry | quote }}
-{{- include "agent-sandbox.flag" (list "snapshot-registry-secret" (.Values.snapshots.registrySecret | default nil)) }}
+{{- if .Values.snapshots.registrySecret }}
+- {{ printf "--snapshot-registry-auth-file=%s" (include "agent-sandbox.snapshotAuthFile" .) | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 - {{ printf "--webhook-service-name=%s" .Values.webhookServiceName | quote }}

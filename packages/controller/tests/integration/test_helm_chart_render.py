@@ -184,13 +184,24 @@ def test_snapshots_on_run_the_agent_with_its_generated_role(helm: Helm) -> None:
         "snapshots": {
             "enabled": True,
             "registry": "https://registry.example:5000",
-            "registrySecret": "ops/creds",
+            "registrySecret": "snapshot-creds",
         },
     }
     objects = _render(helm, values)
     options = parse_args(_container(objects)["args"])
     assert options.snapshot_registry == "https://registry.example:5000"
-    assert options.snapshot_registry_secret == "ops/creds"
+    # The credentials are a mounted file in both pods: neither role may read Secrets.
+    auth_file = "/etc/agent-sandbox/snapshot-registry/.dockerconfigjson"
+    assert options.snapshot_registry_auth_file == auth_file
+    controller_pod = objects[("Deployment", NAME)]["spec"]["template"]["spec"]
+    assert {"name": "snapshot-registry", "secret": {"secretName": "snapshot-creds"}} in (
+        controller_pod["volumes"]
+    )
+    assert {
+        "name": "snapshot-registry",
+        "mountPath": "/etc/agent-sandbox/snapshot-registry",
+        "readOnly": True,
+    } in _container(objects)["volumeMounts"]
     name = f"{NAME}-snapshotter"
     role = objects[("ClusterRole", name)]
     assert normalize_manifest_rules(role["rules"]) == _rules(
@@ -199,6 +210,12 @@ def test_snapshots_on_run_the_agent_with_its_generated_role(helm: Helm) -> None:
     daemonset = objects[("DaemonSet", name)]
     (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
     assert "--snapshot-registry=https://registry.example:5000" in agent["args"]
+    assert f"--snapshot-registry-auth-file={auth_file}" in agent["args"]
+    assert {"name": "snapshot-registry", "secret": {"secretName": "snapshot-creds"}} in (
+        daemonset["spec"]["template"]["spec"]["volumes"]
+    )
+    for rules in (role["rules"], objects[("ClusterRole", f"{NAME}-extensions")]["rules"]):
+        assert not [r for r in rules if "secrets" in r["resources"]], rules
     assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == name
     assert ("DaemonSet", name) not in _render(helm, VARIANTS["extensions"])
 

@@ -85,7 +85,7 @@ ADDED_FLAGS: list[tuple[str, str, Any]] = [
     ("idle-shutdown", "idle_shutdown", False),
     # SandboxSnapshots (docs/guides/snapshots.md), opt-in.
     ("snapshot-registry", "snapshot_registry", ""),
-    ("snapshot-registry-secret", "snapshot_registry_secret", ""),
+    ("snapshot-registry-auth-file", "snapshot_registry_auth_file", ""),
     ("snapshot-registry-ca", "snapshot_registry_ca", ""),
     ("snapshot-repository-prefix", "snapshot_repository_prefix", "agent-sandbox/snapshots"),
     ("snapshot-commit-timeout", "snapshot_commit_timeout", 600.0),

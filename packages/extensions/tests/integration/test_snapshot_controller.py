@@ -69,11 +69,21 @@ def _dockerconfig(registry: RunningRegistry, password: str) -> dict[str, Any]:
     }
 
 
+def _auth_file(path: Path, registry: RunningRegistry, password: str) -> str:
+    """Write the registry's credentials as the kubelet mounts a dockerconfigjson Secret."""
+    path.write_bytes(
+        base64.b64decode(_dockerconfig(registry, password)["data"][".dockerconfigjson"])
+    )
+    return str(path)
+
+
 @pytest.fixture
-def registry_settings(oci_registry: RunningRegistry, namespace: str) -> RegistrySettings:
+def registry_settings(oci_registry: RunningRegistry, tmp_path: Path) -> RegistrySettings:
     return RegistrySettings(
         url=oci_registry.url,
-        secret=(namespace, SECRET),
+        auth_file=_auth_file(
+            tmp_path / "registry-auth.json", oci_registry, oci_registry.password or ""
+        ),
         ca_file=str(oci_registry.ca_file or ""),
     )
 
@@ -99,7 +109,7 @@ def _start_controller(
     options = ControllerOptions(
         extensions=True,
         snapshot_registry=settings.url,
-        snapshot_registry_secret="/".join(settings.secret or ()),
+        snapshot_registry_auth_file=settings.auth_file,
         snapshot_registry_ca=settings.ca_file,
         snapshot_commit_timeout=commit_timeout,
     )
@@ -154,7 +164,7 @@ async def running_agent(
 
 async def _manifest_status(settings: RegistrySettings, env: SnapshotEnv, image: str) -> int:
     _, repository, digest = s.split_image(image)
-    async with await settings.client(env.client) as registry:
+    async with await settings.client() as registry:
         try:
             await registry.get_manifest(repository, digest)
         except RegistryError as err:
@@ -304,20 +314,20 @@ async def test_wrong_credentials_keep_the_snapshot_until_the_secret_is_fixed(
     oci_registry: RunningRegistry,
     tmp_path: Path,
 ) -> None:
-    # The controller reads a Secret with a wrong password; the agent pushes with the right one.
-    await env.create(
-        SECRETS, {**_dockerconfig(oci_registry, "not-the-password"), "metadata": {"name": "mine"}}
-    )
-    controller_settings = dataclasses.replace(registry_settings, secret=(namespace, "mine"))
+    # The controller's mounted credentials have a wrong password; the agent pushes with the
+    # right ones.
+    mine = tmp_path / "controller-auth.json"
+    _auth_file(mine, oci_registry, "not-the-password")
+    controller_settings = dataclasses.replace(registry_settings, auth_file=str(mine))
     _start_controller(controller_runner, request, namespace, controller_settings)
     ready = await _committed_snapshot(cluster, env, namespace, registry_settings, tmp_path)
     await env.delete(SANDBOX_SNAPSHOTS, "snap")
     await _kept_with(env, s.REASON_CREDENTIALS_REFUSED)
     assert await _manifest_status(registry_settings, env, ready["status"]["image"]) == 200
 
-    # Fixed credentials are read on the next retry; the image goes, then the object.
-    fixed = _dockerconfig(oci_registry, oci_registry.password or "")
-    await env.patch(SECRETS, "mine", {"data": fixed["data"]})
+    # Fixed credentials (the kubelet rewrites a mounted Secret) are read on the next retry;
+    # the image goes, then the object.
+    _auth_file(mine, oci_registry, oci_registry.password or "")
     await env.until_gone(SANDBOX_SNAPSHOTS, "snap")
     assert await _manifest_status(registry_settings, env, ready["status"]["image"]) == 404
 

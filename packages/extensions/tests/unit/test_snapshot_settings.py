@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from kube_agent_sandbox.extensions.snapshot.agent import main, parse_target
+from kube_agent_sandbox.extensions.snapshot.registry import Credentials
 from kube_agent_sandbox.extensions.snapshot.settings import (
     RegistrySettings,
     SettingsError,
@@ -16,9 +18,13 @@ from kube_agent_sandbox.extensions.snapshot.status import split_image
 
 
 def test_good_settings() -> None:
-    settings = parse_settings("https://registry.example:5000/", "ops/creds", "", "snaps/team")
+    settings = parse_settings(
+        "https://registry.example:5000/", "/etc/registry/.dockerconfigjson", "", "snaps/team"
+    )
     assert settings == RegistrySettings(
-        url="https://registry.example:5000", secret=("ops", "creds"), prefix="snaps/team"
+        url="https://registry.example:5000",
+        auth_file="/etc/registry/.dockerconfigjson",
+        prefix="snaps/team",
     )
     assert settings.host == "registry.example:5000"
     assert settings.repository("ns", "Box") == "snaps/team/ns/box"
@@ -26,21 +32,28 @@ def test_good_settings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "secret", "ca", "prefix", "flag"),
+    ("url", "auth_file", "ca", "prefix", "flag"),
     [
         ("registry.example", "", "", "p", "--snapshot-registry"),
         ("ftp://registry.example", "", "", "p", "--snapshot-registry"),
         ("https://registry.example/v2", "", "", "p", "--snapshot-registry"),
         ("https://user@registry.example", "", "", "p", "--snapshot-registry"),
-        ("https://registry.example", "nameonly", "", "p", "--snapshot-registry-secret"),
-        ("https://registry.example", "Ns/Name", "", "p", "--snapshot-registry-secret"),
+        (
+            "https://registry.example",
+            "relative/auth.json",
+            "",
+            "p",
+            "--snapshot-registry-auth-file",
+        ),
         ("https://registry.example", "", "", "Upper/Case", "--snapshot-repository-prefix"),
         ("https://registry.example", "", "/nonexistent/ca.pem", "p", "--snapshot-registry-ca"),
     ],
 )
-def test_bad_settings_name_the_flag(url: str, secret: str, ca: str, prefix: str, flag: str) -> None:
+def test_bad_settings_name_the_flag(
+    url: str, auth_file: str, ca: str, prefix: str, flag: str
+) -> None:
     with pytest.raises(SettingsError, match=flag):
-        parse_settings(url, secret, ca, prefix)
+        parse_settings(url, auth_file, ca, prefix)
 
 
 def test_a_ca_file_that_is_not_pem_is_refused(tmp_path: Path) -> None:
@@ -48,6 +61,46 @@ def test_a_ca_file_that_is_not_pem_is_refused(tmp_path: Path) -> None:
     bad.write_text("not a certificate")
     with pytest.raises(SettingsError, match="--snapshot-registry-ca"):
         parse_settings("https://r.example", "", str(bad), "p")
+
+
+def _write_auth(path: Path, auths: object) -> str:
+    path.write_text(json.dumps({"auths": auths}))
+    return str(path)
+
+
+async def test_the_credentials_file_is_read_at_each_client(tmp_path: Path) -> None:
+    auth = _write_auth(
+        tmp_path / "auth.json", {"r.example:5000": {"username": "u", "password": "1"}}
+    )
+    settings = parse_settings("https://r.example:5000", auth, "", "p")
+    async with await settings.client() as first:
+        assert first.credentials == Credentials("u", "1")
+    # The kubelet rewrites a mounted Secret in place: a rotation needs no restart.
+    _write_auth(tmp_path / "auth.json", {"r.example:5000": {"username": "u", "password": "2"}})
+    async with await settings.client() as second:
+        assert second.credentials == Credentials("u", "2")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "No such file"),
+        ("{not json", "not valid"),
+        (
+            json.dumps({"auths": {"other.example": {"username": "u", "password": "p"}}}),
+            "no credentials for r.example",
+        ),
+    ],
+)
+async def test_unusable_credentials_files_are_named(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    path = tmp_path / "auth.json"
+    if content is not None:
+        path.write_text(content)
+    settings = parse_settings("https://r.example", str(path), "", "p")
+    with pytest.raises(ValueError, match=message):
+        await settings.client()
 
 
 def test_targets_and_images_parse() -> None:

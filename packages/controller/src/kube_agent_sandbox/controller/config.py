@@ -91,11 +91,12 @@ class ControllerOptions:
         "With --extensions: the OCI registry SandboxSnapshots are pushed to "
         "(https://host[:port]); setting it starts the SandboxSnapshot controller.",
     )
-    snapshot_registry_secret: str = _flag(
-        "snapshot-registry-secret",
+    snapshot_registry_auth_file: str = _flag(
+        "snapshot-registry-auth-file",
         "",
-        "<namespace>/<name> of a kubernetes.io/dockerconfigjson Secret with the snapshot "
-        "registry's credentials (none: anonymous).",
+        "Absolute path of the snapshot registry's credentials: the .dockerconfigjson of a "
+        "kubernetes.io/dockerconfigjson Secret mounted into the pod, read at each registry call "
+        "(none: anonymous).",
     )
     snapshot_registry_ca: str = _flag(
         "snapshot-registry-ca",

@@ -176,7 +176,7 @@ class SnapshotAgent:
             return
         comment = f"SandboxSnapshot {namespace_of(snapshot)}/{name_of(snapshot)}"
         try:
-            async with await self._settings.client(self._client) as registry:
+            async with await self._settings.client() as registry:
                 result = await self._commit(
                     str(status.get("containerID") or ""), target, registry, comment=comment
                 )
@@ -246,7 +246,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--containerd-socket", default=DEFAULT_SOCKET)
     parser.add_argument("--ctr", default="ctr", help="containerd's ctr (the node's, mounted)")
     parser.add_argument("--snapshot-registry", required=True)
-    parser.add_argument("--snapshot-registry-secret", default="")
+    parser.add_argument(
+        "--snapshot-registry-auth-file",
+        default="",
+        help="the registry's credentials: a mounted dockerconfigjson Secret's file",
+    )
     parser.add_argument("--snapshot-registry-ca", default="")
     parser.add_argument("--snapshot-repository-prefix", default="agent-sandbox/snapshots")
     parser.add_argument("--workdir", default="", help="layer files while pushed (default: /tmp)")
@@ -260,7 +264,7 @@ async def run(args: argparse.Namespace) -> None:
     """Run the agent until cancelled."""
     settings = parse_settings(
         args.snapshot_registry,
-        args.snapshot_registry_secret,
+        args.snapshot_registry_auth_file,
         args.snapshot_registry_ca,
         args.snapshot_repository_prefix,
     )

@@ -26,8 +26,7 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     # Snapshots of every namespace are watched; the agent acts on those of its node.
     rule(c.EXTENSIONS_GROUP, SANDBOX_SNAPSHOTS.plural, ("get", "list", "watch")),
     rule(c.EXTENSIONS_GROUP, f"{SANDBOX_SNAPSHOTS.plural}/status", ("get", "update")),
-    # The registry's dockerconfigjson Secret (--snapshot-registry-secret).
-    rule("", "secrets", ("get",)),
+    # No Secret rule: the registry's credentials are a mounted file (--snapshot-registry-auth-file).
     rule("", "events", ("create", "patch")),
     rule("events.k8s.io", "events", ("create", "patch")),
 )

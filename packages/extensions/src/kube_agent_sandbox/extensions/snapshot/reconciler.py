@@ -284,7 +284,7 @@ class SnapshotReconciler:
         """Delete the manifest; None when done, else what the queue should do."""
         _, repository, digest = s.split_image(image)
         try:
-            async with await self._settings.client(self._client) as registry:
+            async with await self._settings.client() as registry:
                 await registry.delete_manifest(repository, digest)
         except RegistryError as err:
             if err.status == 405:

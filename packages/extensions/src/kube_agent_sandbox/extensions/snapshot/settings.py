@@ -3,26 +3,24 @@ controller (which names the target and deletes images) and the node agent (which
 
 Only the operator's registry is used, never one a snapshot names: its credentials live in one
 Secret the operator controls, and a user cannot make the node agent push to a host of their
-choosing with them.
+choosing with them. The Secret reaches the controller and the agent as a mounted file, not
+through the API: neither needs a right to read Secrets (decisions.md, "Snapshot registry
+credentials are a mounted file").
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
 import ssl
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
 from urllib.parse import urlsplit
 
-from kube_agent_sandbox.api.rest import SECRETS
-from kube_agent_sandbox.controller.runtime import Client
 from kube_agent_sandbox.extensions.snapshot.registry import (
     RegistryClient,
     check_repository,
-    credentials_from_dockerconfig,
+    credentials_from_dockerconfig_json,
 )
-
-_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class SettingsError(ValueError):
@@ -35,13 +33,14 @@ class RegistrySettings:
 
     Attributes:
         url: ``https://host[:port]`` (or ``http://`` for a test registry).
-        secret: ``(namespace, name)`` of a dockerconfigjson Secret, or None (anonymous).
+        auth_file: A dockerconfigjson file (a mounted Secret's ``.dockerconfigjson``), or
+            ``""`` (anonymous).
         ca_file: PEM file of the registry certificate's CA, or ``""`` (the system's).
         prefix: Repository prefix of snapshot images.
     """
 
     url: str
-    secret: tuple[str, str] | None = None
+    auth_file: str = ""
     ca_file: str = ""
     prefix: str = "agent-sandbox/snapshots"
 
@@ -62,25 +61,29 @@ class RegistrySettings:
             return None
         return ssl.create_default_context(cafile=self.ca_file)
 
-    async def client(self, api: Client) -> RegistryClient:
-        """A registry client with the Secret's credentials, read now (a rotated Secret is
-        picked up by the next call).
+    async def client(self) -> RegistryClient:
+        """A registry client with the credentials file's, read now (the kubelet rewrites a
+        mounted Secret when it changes, so a rotation is picked up by the next call).
 
         Raises:
-            ValueError: The Secret is not a readable dockerconfigjson.
-            ApiError: The Secret cannot be read.
+            ValueError: The file is unreadable, not a dockerconfigjson, or has no
+                credentials for this registry.
         """
         credentials = None
-        if self.secret is not None:
-            namespace, name = self.secret
-            secret = await api.get(SECRETS, namespace, name)
-            credentials = credentials_from_dockerconfig(secret.get("data") or {}, self.host)
+        if self.auth_file:
+            try:
+                raw = await asyncio.to_thread(Path(self.auth_file).read_bytes)
+            except OSError as err:
+                raise ValueError(
+                    f"registry credentials {self.auth_file}: {err.strerror or err}"
+                ) from err
+            credentials = credentials_from_dockerconfig_json(raw, self.host)
             if credentials is None:
-                raise ValueError(f"Secret {namespace}/{name} has no credentials for {self.host}")
+                raise ValueError(f"{self.auth_file} has no credentials for {self.host}")
         return RegistryClient(self.url, credentials=credentials, ssl_context=self.ssl_context())
 
 
-def parse_settings(url: str, secret: str, ca_file: str, prefix: str) -> RegistrySettings:
+def parse_settings(url: str, auth_file: str, ca_file: str, prefix: str) -> RegistrySettings:
     """Check the ``--snapshot-*`` flag values and build the settings.
 
     Raises:
@@ -94,14 +97,11 @@ def parse_settings(url: str, secret: str, ca_file: str, prefix: str) -> Registry
         )
     if parts.query or parts.fragment or parts.username:
         raise SettingsError(f"--snapshot-registry {url!r}: no query, fragment or user allowed")
-    where: tuple[str, str] | None = None
-    if secret:
-        namespace, sep, name = secret.partition("/")
-        if not sep or not _NAME.match(namespace) or not _NAME.match(name):
-            raise SettingsError(
-                f"--snapshot-registry-secret {secret!r}: expected <namespace>/<name>"
-            )
-        where = (namespace, name)
+    if auth_file and not Path(auth_file).is_absolute():
+        raise SettingsError(
+            f"--snapshot-registry-auth-file {auth_file!r}: expected an absolute path (the "
+            "mounted Secret's .dockerconfigjson)"
+        )
     try:
         check_repository(prefix)
     except ValueError as err:
@@ -111,4 +111,6 @@ def parse_settings(url: str, secret: str, ca_file: str, prefix: str) -> Registry
             ssl.create_default_context(cafile=ca_file)
         except (OSError, ssl.SSLError) as err:
             raise SettingsError(f"--snapshot-registry-ca {ca_file!r}: {err}") from err
-    return RegistrySettings(url=url.rstrip("/"), secret=where, ca_file=ca_file, prefix=prefix)
+    return RegistrySettings(
+        url=url.rstrip("/"), auth_file=auth_file, ca_file=ca_file, prefix=prefix
+    )

@@ -34,8 +34,7 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule(c.GROUP, SANDBOXES.plural, ("get", "list", "watch")),
     # The source Pod's node and container (read once per look, not cached).
     rule("", "pods", ("get",)),
-    # The registry's dockerconfigjson Secret (--snapshot-registry-secret).
-    rule("", "secrets", ("get",)),
+    # No Secret rule: the registry's credentials are a mounted file (--snapshot-registry-auth-file).
     rule("", "events", ("create", "patch")),
     rule("events.k8s.io", "events", ("create", "patch")),
 )
@@ -50,7 +49,7 @@ def settings_from(options: ControllerOptions) -> RegistrySettings:
     """
     return parse_settings(
         options.snapshot_registry,
-        options.snapshot_registry_secret,
+        options.snapshot_registry_auth_file,
         options.snapshot_registry_ca,
         options.snapshot_repository_prefix,
     )
