@@ -267,7 +267,7 @@ async def test_sandbox_deleted_mid_commit_fails_and_keeps_nothing(
         repository, _, tag = target.partition("/")[2].rpartition(":")
 
         async def tag_gone() -> bool:
-            async with await controller.client(env.client) as registry:
+            async with await controller.client() as registry:
                 try:
                     await registry.get_manifest(repository, tag)
                 except RegistryError as err:
