@@ -77,6 +77,14 @@ Integers come out of values.yaml as float64: print them as integers.
 {{- end -}}
 
 {{/* The controller's arguments. */}}
+{{/* Where the snapshot registry's Secret is mounted (controller and node agent). */}}
+{{- define "agent-sandbox.snapshotAuthDir" -}}
+/etc/agent-sandbox/snapshot-registry
+{{- end -}}
+{{- define "agent-sandbox.snapshotAuthFile" -}}
+{{ include "agent-sandbox.snapshotAuthDir" . }}/.dockerconfigjson
+{{- end -}}
+
 {{- define "agent-sandbox.args" -}}
 {{- $c := .Values.controller -}}
 - {{ printf "--leader-elect=%t" $c.leaderElect | quote }}
@@ -87,6 +95,12 @@ Integers come out of values.yaml as float64: print them as integers.
 - "--extensions"
 {{- if $c.idleShutdown }}
 - "--idle-shutdown"
+{{- end }}
+{{- if .Values.snapshots.enabled }}
+- {{ printf "--snapshot-registry=%s" .Values.snapshots.registry | quote }}
+{{- if .Values.snapshots.registrySecret }}
+- {{ printf "--snapshot-registry-auth-file=%s" (include "agent-sandbox.snapshotAuthFile" .) | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 - {{ printf "--webhook-service-name=%s" .Values.webhookServiceName | quote }}
@@ -114,6 +128,12 @@ Integers come out of values.yaml as float64: print them as integers.
 
 {{/* Refuse combinations the schema cannot express. */}}
 {{- define "agent-sandbox.validate" -}}
+{{- if and .Values.snapshots.enabled (not .Values.controller.extensions) -}}
+{{- fail "snapshots.enabled needs controller.extensions=true: the SandboxSnapshot controller is an extension" -}}
+{{- end -}}
+{{- if and .Values.snapshots.enabled (not .Values.snapshots.registry) -}}
+{{- fail "snapshots.enabled needs snapshots.registry (https://host[:port] of the snapshot registry)" -}}
+{{- end -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.controller.leaderElect) -}}
 {{- fail (printf "replicaCount %d needs controller.leaderElect=true: without leader election every replica would reconcile the same objects" (int .Values.replicaCount)) -}}
 {{- end -}}

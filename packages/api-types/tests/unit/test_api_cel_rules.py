@@ -16,6 +16,7 @@ from celpy.adapter import json_to_cel
 from kube_agent_sandbox.api.crdgen import build_crd
 from kube_agent_sandbox.api.registry import KINDS
 from kube_agent_sandbox.api.v1beta1.sandbox import VOLUME_CLAIM_TEMPLATES_IMMUTABLE
+from kube_agent_sandbox.api.v1beta1.sandbox_snapshot import SNAPSHOT_SPEC_IMMUTABLE
 
 _VCT: list[dict[str, Any]] = [
     {
@@ -57,13 +58,17 @@ def _evaluate(rule: str, new: Any, old: Any) -> bool:
     return bool(result)
 
 
-_TESTED_RULES = {VOLUME_CLAIM_TEMPLATES_IMMUTABLE.rule}
+_TESTED_RULES = {VOLUME_CLAIM_TEMPLATES_IMMUTABLE.rule, SNAPSHOT_SPEC_IMMUTABLE.rule}
 
 
 def test_every_generated_rule_is_tested() -> None:
     rules = _rules_in_generated_crds()
+    spec = "spec.versions.schema.openAPIV3Schema.properties.spec"
+    # A SandboxSnapshot's rule once per served version.
     assert [where for where, _ in rules] == [
-        "Sandbox.spec.versions.schema.openAPIV3Schema.properties.spec"
+        f"Sandbox.{spec}",
+        f"SandboxSnapshot.{spec}",
+        f"SandboxSnapshot.{spec}",
     ]
     assert {rule for _, rule in rules} == _TESTED_RULES
 
@@ -107,3 +112,18 @@ def test_volume_claim_templates_immutability(
 
 def test_rule_message_is_upstreams() -> None:
     assert VOLUME_CLAIM_TEMPLATES_IMMUTABLE.message == "volumeClaimTemplates is immutable"
+
+
+@pytest.mark.parametrize(
+    ("new", "accepted"),
+    [
+        ({"sandboxName": "a", "mode": "Filesystem"}, True),
+        ({"sandboxName": "b", "mode": "Filesystem"}, False),
+        ({"sandboxName": "a", "mode": "Memory"}, False),
+        ({"sandboxName": "a", "mode": "Filesystem", "tag": "t"}, False),
+    ],
+    ids=["unchanged", "source-changed", "mode-changed", "tag-added"],
+)
+def test_snapshot_spec_immutability(new: dict[str, Any], accepted: bool) -> None:
+    old = {"sandboxName": "a", "mode": "Filesystem"}
+    assert _evaluate(SNAPSHOT_SPEC_IMMUTABLE.rule, new, old) is accepted

@@ -431,6 +431,7 @@ def test_registry_lists_every_kind_with_both_versions() -> None:
         ("extensions.agents.x-k8s.io", "SandboxTemplate", "sandboxtemplates", ("sandboxtemplate",)),
         ("extensions.agents.x-k8s.io", "SandboxWarmPool", "sandboxwarmpools", ("swp",)),
         ("extensions.agents.x-k8s.io", "SandboxClaim", "sandboxclaims", ("sandboxclaim",)),
+        ("extensions.agents.x-k8s.io", "SandboxSnapshot", "sandboxsnapshots", ("sbsnap",)),
     ]
     for info in KINDS:
         assert [m.__kube_version__ for m in info.versions] == ["v1beta1", "v1alpha1"]

@@ -157,7 +157,7 @@ def test_crds_are_the_generated_ones(helm: Helm) -> None:
         for path in sorted((REPO / "manifests" / "crds").glob("*_*.yaml"))
         for d in parse_documents(path.read_text())
     }
-    assert len(rendered) == 4
+    assert len(rendered) == 5
     assert rendered == generated
 
 
@@ -176,6 +176,69 @@ def test_extensions_on(helm: Helm) -> None:
     assert binding["roleRef"]["name"] == f"{NAME}-extensions"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
     assert ("ClusterRole", f"{NAME}-extensions") not in _render(helm)
+
+
+def test_snapshots_on_run_the_agent_with_its_generated_role(helm: Helm) -> None:
+    values = {
+        "controller": {"extensions": True},
+        "snapshots": {
+            "enabled": True,
+            "registry": "https://registry.example:5000",
+            "registrySecret": "snapshot-creds",
+        },
+    }
+    objects = _render(helm, values)
+    options = parse_args(_container(objects)["args"])
+    assert options.snapshot_registry == "https://registry.example:5000"
+    # The credentials are a mounted file in both pods: neither role may read Secrets.
+    auth_file = "/etc/agent-sandbox/snapshot-registry/.dockerconfigjson"
+    assert options.snapshot_registry_auth_file == auth_file
+    controller_pod = objects[("Deployment", NAME)]["spec"]["template"]["spec"]
+    assert {"name": "snapshot-registry", "secret": {"secretName": "snapshot-creds"}} in (
+        controller_pod["volumes"]
+    )
+    assert {
+        "name": "snapshot-registry",
+        "mountPath": "/etc/agent-sandbox/snapshot-registry",
+        "readOnly": True,
+    } in _container(objects)["volumeMounts"]
+    name = f"{NAME}-snapshotter"
+    role = objects[("ClusterRole", name)]
+    assert normalize_manifest_rules(role["rules"]) == _rules(
+        "files/rbac/snapshotter.generated.yaml"
+    )
+    daemonset = objects[("DaemonSet", name)]
+    (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert "--snapshot-registry=https://registry.example:5000" in agent["args"]
+    assert f"--snapshot-registry-auth-file={auth_file}" in agent["args"]
+    assert {"name": "snapshot-registry", "secret": {"secretName": "snapshot-creds"}} in (
+        daemonset["spec"]["template"]["spec"]["volumes"]
+    )
+    for rules in (role["rules"], objects[("ClusterRole", f"{NAME}-extensions")]["rules"]):
+        assert not [r for r in rules if "secrets" in r["resources"]], rules
+    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == name
+    assert ("DaemonSet", name) not in _render(helm, VARIANTS["extensions"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"snapshots": {"enabled": True, "registry": "https://r.example"}},
+            "controller.extensions",
+        ),
+        (
+            {"controller": {"extensions": True}, "snapshots": {"enabled": True}},
+            "snapshots.registry",
+        ),
+    ],
+)
+def test_snapshots_need_extensions_and_a_registry(
+    helm: Helm, values: dict[str, object], message: str, tmp_path: Path
+) -> None:
+    result = helm.template(CHART, release=RELEASE, namespace=NAMESPACE, values=values, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
 
 
 def test_idle_shutdown_for_the_gateway(helm: Helm) -> None:

@@ -35,6 +35,7 @@ CORE_OBJECTS = {
     "customresourcedefinition.apiextensions.k8s.io/sandboxclaims.extensions.agents.x-k8s.io",
     "customresourcedefinition.apiextensions.k8s.io/sandboxtemplates.extensions.agents.x-k8s.io",
     "customresourcedefinition.apiextensions.k8s.io/sandboxwarmpools.extensions.agents.x-k8s.io",
+    "customresourcedefinition.apiextensions.k8s.io/sandboxsnapshots.extensions.agents.x-k8s.io",
     "serviceaccount/agent-sandbox-controller",
     "clusterrole.rbac.authorization.k8s.io/agent-sandbox-controller",
     "clusterrolebinding.rbac.authorization.k8s.io/agent-sandbox-controller",

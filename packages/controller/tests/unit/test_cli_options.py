@@ -83,6 +83,12 @@ ADDED_FLAGS: list[tuple[str, str, Any]] = [
     ("sync-period", "sync_period", 36000.0),
     # Idle shutdown (docs/guides/idle-shutdown.md), opt-in.
     ("idle-shutdown", "idle_shutdown", False),
+    # SandboxSnapshots (docs/guides/snapshots.md), opt-in.
+    ("snapshot-registry", "snapshot_registry", ""),
+    ("snapshot-registry-auth-file", "snapshot_registry_auth_file", ""),
+    ("snapshot-registry-ca", "snapshot_registry_ca", ""),
+    ("snapshot-repository-prefix", "snapshot_repository_prefix", "agent-sandbox/snapshots"),
+    ("snapshot-commit-timeout", "snapshot_commit_timeout", 600.0),
     # Status writes (docs/guides/upstream-differences.md, status coalescing).
     ("sandbox-status-coalesce-window", "sandbox_status_coalesce_window", 0.5),
 ]

@@ -242,6 +242,7 @@ def test_core_role_grants_what_the_controller_uses() -> None:
         (
             "sandboxclaims.extensions.agents.x-k8s.io",
             "sandboxes.agents.x-k8s.io",
+            "sandboxsnapshots.extensions.agents.x-k8s.io",
             "sandboxtemplates.extensions.agents.x-k8s.io",
             "sandboxwarmpools.extensions.agents.x-k8s.io",
         )

@@ -292,7 +292,7 @@ def test_patch_is_empty_when_up_to_date() -> None:
 
 async def test_patch_conversion_webhooks_skips_missing_and_non_webhook_crds() -> None:
     client = FakeApi()
-    core, claims, templates, pools = CONVERSION_CRD_NAMES
+    core, claims, templates, pools, _snapshots = CONVERSION_CRD_NAMES
     client.add(CRDS, crd(core, webhook=copy.deepcopy(SHIPPED_WEBHOOK)))
     stored_claims = client.add(CRDS, crd(claims, strategy="None"))
     client.add(CRDS, crd(pools))

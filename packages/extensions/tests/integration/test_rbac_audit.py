@@ -75,6 +75,9 @@ _WHY: dict[str, str] = {
     "idle": "the idle reconciler runs only with the opt-in --idle-shutdown, which this run "
     "leaves off: it watches heartbeat Leases and reads PodMetrics for its CPU veto "
     "(test_idle_shutdown.py runs it under these rules)",
+    "snapshots": "the SandboxSnapshot controller runs only with --snapshot-registry, which this "
+    "run leaves off (test_snapshot_controller.py runs it under these rules); a claim reads a "
+    "snapshot only when it is annotated with one",
 }
 _GRANTS: dict[str, list[Grant]] = {
     "webhook": [
@@ -135,6 +138,10 @@ _GRANTS: dict[str, list[Grant]] = {
         ("list", "coordination.k8s.io", "leases"),
         ("watch", "coordination.k8s.io", "leases"),
         ("get", "metrics.k8s.io", "pods"),
+    ],
+    "snapshots": [
+        *((verb, _EXT, "sandboxsnapshots") for verb in ("get", "list", "watch", "patch", "update")),
+        *((verb, _EXT, "sandboxsnapshots/status") for verb in ("get", "patch", "update")),
     ],
     "parity": [
         ("patch", "", "persistentvolumeclaims"),

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from kube_agent_sandbox.controller.runtime import Obj, Request
 from kube_agent_sandbox.extensions.idle.metrics import ACTION_SUSPEND, IdleMetrics
+from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
 from kube_agent_sandbox.extensions.warmpool.metrics import WarmPoolMetrics
 
 
@@ -102,3 +103,11 @@ def test_idle_actions_are_counted_by_namespace_action_and_reason() -> None:
     IdleMetrics(registry).acted("ns", ACTION_SUSPEND, "IdleSuspended")
     labels = {"namespace": "ns", "action": "suspend", "reason": "IdleSuspended"}
     assert _value(registry, "agent_sandbox_idle_actions_total", **labels) == 2
+
+
+def test_finished_snapshots_are_counted_by_namespace_phase_and_reason() -> None:
+    registry = CollectorRegistry()
+    SnapshotMetrics(registry).finished("ns", "Failed", "SourceDeleted")
+    SnapshotMetrics(registry).finished("ns", "Failed", "SourceDeleted")
+    labels = {"namespace": "ns", "phase": "Failed", "reason": "SourceDeleted"}
+    assert _value(registry, "agent_sandbox_snapshots_finished_total", **labels) == 2

@@ -23,6 +23,7 @@ KIND_SANDBOX: Final = "Sandbox"
 KIND_SANDBOX_TEMPLATE: Final = "SandboxTemplate"
 KIND_SANDBOX_WARM_POOL: Final = "SandboxWarmPool"
 KIND_SANDBOX_CLAIM: Final = "SandboxClaim"
+KIND_SANDBOX_SNAPSHOT: Final = "SandboxSnapshot"
 
 # --- Labels -----------------------------------------------------------------------------------
 LABEL_SANDBOX_NAME_HASH: Final = "agents.x-k8s.io/sandbox-name-hash"

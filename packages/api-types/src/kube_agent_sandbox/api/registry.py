@@ -15,6 +15,7 @@ from kube_agent_sandbox.api.base import KubeObject
 from kube_agent_sandbox.api.resources import (
     SANDBOX,
     SANDBOX_CLAIM,
+    SANDBOX_SNAPSHOT,
     SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
     ResourceNames,
@@ -81,6 +82,7 @@ KINDS: Final = (
     KindInfo(SANDBOX_TEMPLATE, (v1beta1.SandboxTemplate, v1alpha1.SandboxTemplate)),
     KindInfo(SANDBOX_WARM_POOL, (v1beta1.SandboxWarmPool, v1alpha1.SandboxWarmPool)),
     KindInfo(SANDBOX_CLAIM, (v1beta1.SandboxClaim, v1alpha1.SandboxClaim)),
+    KindInfo(SANDBOX_SNAPSHOT, (v1beta1.SandboxSnapshot, v1alpha1.SandboxSnapshot)),
 )
 """Every kind of the API."""
 

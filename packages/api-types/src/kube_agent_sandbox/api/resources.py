@@ -1,4 +1,4 @@
-"""Names of the four Agent Sandbox resources, shared by every version of each kind.
+"""Names of the Agent Sandbox resources, shared by every version of each kind.
 
 A kind's group, plural and short names do not change between versions; the version classes
 refer to one :class:`ResourceNames` each, and the registry and CRD generator read them back.
@@ -76,6 +76,12 @@ SANDBOX_CLAIM: Final = ResourceNames(
     plural="sandboxclaims",
     short_names=("sandboxclaim",),
 )
+SANDBOX_SNAPSHOT: Final = ResourceNames(
+    group=constants.EXTENSIONS_GROUP,
+    kind=constants.KIND_SANDBOX_SNAPSHOT,
+    plural="sandboxsnapshots",
+    short_names=("sbsnap",),
+)
 
 
 def rest_resource(names: ResourceNames, version: str = constants.V1BETA1) -> Resource:
@@ -87,3 +93,4 @@ SANDBOXES: Final = rest_resource(SANDBOX)
 SANDBOX_TEMPLATES: Final = rest_resource(SANDBOX_TEMPLATE)
 SANDBOX_WARM_POOLS: Final = rest_resource(SANDBOX_WARM_POOL)
 SANDBOX_CLAIMS: Final = rest_resource(SANDBOX_CLAIM)
+SANDBOX_SNAPSHOTS: Final = rest_resource(SANDBOX_SNAPSHOT)

@@ -85,6 +85,34 @@ class ControllerOptions:
         "With --extensions: suspend (or delete) Sandboxes whose kube-agent-sandbox.io/idle-timeout "
         "ran out without activity on their heartbeat Lease.",
     )
+    snapshot_registry: str = _flag(
+        "snapshot-registry",
+        "",
+        "With --extensions: the OCI registry SandboxSnapshots are pushed to "
+        "(https://host[:port]); setting it starts the SandboxSnapshot controller.",
+    )
+    snapshot_registry_auth_file: str = _flag(
+        "snapshot-registry-auth-file",
+        "",
+        "Absolute path of the snapshot registry's credentials: the .dockerconfigjson of a "
+        "kubernetes.io/dockerconfigjson Secret mounted into the pod, read at each registry call "
+        "(none: anonymous).",
+    )
+    snapshot_registry_ca: str = _flag(
+        "snapshot-registry-ca",
+        "",
+        "PEM file of the CA that signed the snapshot registry's certificate (none: the system's).",
+    )
+    snapshot_repository_prefix: str = _flag(
+        "snapshot-repository-prefix",
+        "agent-sandbox/snapshots",
+        "Repository prefix of snapshot images: <prefix>/<namespace>/<sandbox>.",
+    )
+    snapshot_commit_timeout: float = _duration_flag(
+        "snapshot-commit-timeout",
+        600.0,
+        "How long a SandboxSnapshot may stay Committing before it is marked Failed.",
+    )
     leader_elect: bool = _flag(
         "leader-elect",
         True,

@@ -16,6 +16,7 @@ from kube_agent_sandbox.controller.plugins import ControllerPlugin
 from kube_agent_sandbox.controller.rbac import PolicyRule
 from kube_agent_sandbox.extensions.claim import setup as claim_setup
 from kube_agent_sandbox.extensions.idle import setup as idle_setup
+from kube_agent_sandbox.extensions.snapshot import setup as snapshot_setup
 from kube_agent_sandbox.extensions.template import setup as template_setup
 from kube_agent_sandbox.extensions.warmpool import setup as warmpool_setup
 
@@ -33,6 +34,7 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     *warmpool_setup.RBAC_RULES,
     *claim_setup.RBAC_RULES,
     *idle_setup.RBAC_RULES,
+    *snapshot_setup.RBAC_RULES,
 )
 """Permissions of the extension controllers (normalized and merged by ``rbacgen``); the idle
 reconciler's are included even though it runs only with ``--idle-shutdown``."""
@@ -47,13 +49,15 @@ def setup(manager: Manager, options: ControllerOptions) -> None:
     Args:
         manager: The controller process's Manager.
         options: Parsed flags (workers, warm pool and claim flags, allowed label domains,
-            ``--idle-shutdown``).
+            ``--idle-shutdown``, ``--snapshot-*``).
     """
     template_setup.setup(manager, options)
     warmpool_setup.setup(manager, options)
     claim_setup.setup(manager, options)
     if options.idle_shutdown:
         idle_setup.setup(manager, options)
+    if options.snapshot_registry:
+        snapshot_setup.setup(manager, options)
 
 
 plugin: Final = ControllerPlugin(name=PLUGIN_NAME, setup=setup, rbac_rules=RBAC_RULES)

@@ -1,4 +1,4 @@
-"""Conversion between the v1alpha1 and v1beta1 versions of the four Agent Sandbox kinds.
+"""Conversion between the v1alpha1 and v1beta1 versions of the Agent Sandbox kinds.
 
 Pure functions on decoded JSON, shared by the controller's conversion webhook and by tests.
 v1beta1 is the hub; each kind's module documents its rules (and names
@@ -21,6 +21,7 @@ from kube_agent_sandbox.api.constants import (
     GROUP,
     KIND_SANDBOX,
     KIND_SANDBOX_CLAIM,
+    KIND_SANDBOX_SNAPSHOT,
     KIND_SANDBOX_TEMPLATE,
     KIND_SANDBOX_WARM_POOL,
     V1ALPHA1,
@@ -29,6 +30,7 @@ from kube_agent_sandbox.api.constants import (
 from kube_agent_sandbox.api.conversion import (
     sandbox,
     sandboxclaim,
+    sandboxsnapshot,
     sandboxtemplate,
     sandboxwarmpool,
 )
@@ -46,6 +48,7 @@ _CONVERTERS: Final[dict[tuple[str, str], _Converter]] = {
     (EXTENSIONS_GROUP, KIND_SANDBOX_TEMPLATE): (sandboxtemplate.to_hub, sandboxtemplate.from_hub),
     (EXTENSIONS_GROUP, KIND_SANDBOX_WARM_POOL): (sandboxwarmpool.to_hub, sandboxwarmpool.from_hub),
     (EXTENSIONS_GROUP, KIND_SANDBOX_CLAIM): (sandboxclaim.to_hub, sandboxclaim.from_hub),
+    (EXTENSIONS_GROUP, KIND_SANDBOX_SNAPSHOT): (sandboxsnapshot.to_hub, sandboxsnapshot.from_hub),
 }
 
 SUPPORTED_KINDS: Final = frozenset(_CONVERTERS)

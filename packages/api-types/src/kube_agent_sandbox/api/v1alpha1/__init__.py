@@ -1,4 +1,4 @@
-"""The v1alpha1 API (served, deprecated) of all four kinds.
+"""The v1alpha1 API (served, deprecated) of every kind.
 
 Only the classes that differ from v1beta1 live here; shared parts (pod template, PVC template,
 policies, lifecycle, most statuses) are the v1beta1 classes, as their schemas are identical.
@@ -11,6 +11,7 @@ from kube_agent_sandbox.api.v1alpha1.sandbox_claim import (
     SandboxClaim,
     SandboxClaimSpec,
 )
+from kube_agent_sandbox.api.v1alpha1.sandbox_snapshot import SandboxSnapshot
 from kube_agent_sandbox.api.v1alpha1.sandbox_template import SandboxTemplate, SandboxTemplateSpec
 from kube_agent_sandbox.api.v1alpha1.sandbox_warm_pool import (
     SandboxWarmPool,
@@ -24,6 +25,7 @@ __all__ = [
     "Sandbox",
     "SandboxClaim",
     "SandboxClaimSpec",
+    "SandboxSnapshot",
     "SandboxSpec",
     "SandboxStatus",
     "SandboxTemplate",

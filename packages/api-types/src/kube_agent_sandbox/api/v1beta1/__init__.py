@@ -1,4 +1,4 @@
-"""The v1beta1 API (storage version, conversion hub) of all four kinds."""
+"""The v1beta1 API (storage version, conversion hub) of every kind."""
 
 from kube_agent_sandbox.api.v1beta1.common import (
     EmbeddedObjectMetadata,
@@ -24,6 +24,13 @@ from kube_agent_sandbox.api.v1beta1.sandbox_claim import (
     SandboxClaimSpec,
     SandboxClaimStatus,
     WarmPoolRef,
+)
+from kube_agent_sandbox.api.v1beta1.sandbox_snapshot import (
+    SandboxSnapshot,
+    SandboxSnapshotSpec,
+    SandboxSnapshotStatus,
+    SnapshotMode,
+    SnapshotPhase,
 )
 from kube_agent_sandbox.api.v1beta1.sandbox_template import (
     EnvVarsInjectionPolicy,
@@ -61,6 +68,9 @@ __all__ = [
     "SandboxClaim",
     "SandboxClaimSpec",
     "SandboxClaimStatus",
+    "SandboxSnapshot",
+    "SandboxSnapshotSpec",
+    "SandboxSnapshotStatus",
     "SandboxSpec",
     "SandboxStatus",
     "SandboxTemplate",
@@ -70,6 +80,8 @@ __all__ = [
     "SandboxWarmPoolSpec",
     "SandboxWarmPoolStatus",
     "ShutdownPolicy",
+    "SnapshotMode",
+    "SnapshotPhase",
     "UpdateStrategy",
     "UpdateStrategyType",
     "VolumeClaimTemplatesPolicy",

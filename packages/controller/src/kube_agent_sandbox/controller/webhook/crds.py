@@ -26,6 +26,7 @@ CONVERSION_CRD_NAMES: Final = (
     "sandboxclaims.extensions.agents.x-k8s.io",
     "sandboxtemplates.extensions.agents.x-k8s.io",
     "sandboxwarmpools.extensions.agents.x-k8s.io",
+    "sandboxsnapshots.extensions.agents.x-k8s.io",
 )
 CONVERSION_REVIEW_VERSIONS: Final = ("v1", "v1beta1")
 

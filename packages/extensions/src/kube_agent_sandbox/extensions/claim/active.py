@@ -38,6 +38,7 @@ from kube_agent_sandbox.extensions.claim.errors import (
     InvalidMetadataError,
     ReconcilerError,
 )
+from kube_agent_sandbox.extensions.claim.fromsnapshot import snapshot_of
 from kube_agent_sandbox.extensions.claim.provision import (
     create_cold,
     sync_pod_metadata,
@@ -134,9 +135,9 @@ async def find_or_adopt(ctx: ClaimContext, work: ClaimPass, now: dt.datetime) ->
             "Please use a different claim name or delete the sandbox manually"
         )
 
-    # d. env or volume claim templates force a cold start
+    # d. env or volume claim templates force a cold start (so does a snapshot to start from)
     spec = claim.get("spec") or {}
-    if spec.get("env") or spec.get("volumeClaimTemplates"):
+    if spec.get("env") or spec.get("volumeClaimTemplates") or snapshot_of(claim):
         return None
 
     # e. a warm Sandbox from the queue

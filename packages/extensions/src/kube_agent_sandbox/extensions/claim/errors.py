@@ -159,3 +159,13 @@ def conflict_detail(text: str) -> str:
         return text
     head = text[:index].rstrip(" :;,")
     return f"{head} (conflicting concurrent write)"
+
+
+class SnapshotNotReadyError(_VerbatimError):
+    """The SandboxSnapshot a claim starts from is missing, not Ready yet, or Failed.
+
+    Retried with backoff: a snapshot still committing becomes Ready on its own.
+    """
+
+    reason = "SnapshotNotReady"
+    transient = True

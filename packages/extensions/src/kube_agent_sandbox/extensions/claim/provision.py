@@ -36,6 +36,11 @@ from kube_agent_sandbox.extensions.claim.errors import (
     TemplateNotFoundError,
     WarmPoolNotFoundError,
 )
+from kube_agent_sandbox.extensions.claim.fromsnapshot import (
+    apply_snapshot,
+    snapshot_image,
+    snapshot_of,
+)
 from kube_agent_sandbox.extensions.claim.metrics import template_name_of as sandbox_template
 from kube_agent_sandbox.extensions.claim.sandboxbuild import (
     build_cold_sandbox,
@@ -140,6 +145,9 @@ async def create_cold(ctx: ClaimContext, work: ClaimPass, template: Obj) -> Obj:
     }
     body = build_cold_sandbox(view, template)
     namespace, name = key_of(claim)
+    snapshot = snapshot_of(claim)
+    if snapshot:
+        apply_snapshot(body, claim, await snapshot_image(ctx.client, namespace, snapshot))
     try:
         created = await ctx.client.create(SANDBOXES, namespace, body)
     except ApiError as exc:

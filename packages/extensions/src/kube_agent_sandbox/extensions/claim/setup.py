@@ -79,6 +79,8 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     ),
     rule(c.EXTENSIONS_GROUP, SANDBOX_TEMPLATES.plural, _READ),
     rule(c.EXTENSIONS_GROUP, SANDBOX_WARM_POOLS.plural, _READ),
+    # A claim created from a snapshot reads its image (extensions.agents.x-k8s.io/snapshot).
+    rule(c.EXTENSIONS_GROUP, "sandboxsnapshots", ("get",)),
     rule(NETWORK_POLICIES.group, NETWORK_POLICIES.plural, (*_READ, "delete")),
     rule("", "events", ("create", "patch")),
     rule("events.k8s.io", "events", ("create", "patch")),

@@ -8,7 +8,8 @@ snapshot deletes its manifest by digest. Authentication follows the registry's c
 (distribution's token flow), once per scope.
 
 Credentials come from a ``kubernetes.io/dockerconfigjson`` Secret, the kind a Pod's
-``imagePullSecrets`` names, so one Secret serves the push and the pull.
+``imagePullSecrets`` names, so one Secret serves the push and the pull: either its ``data`` or
+its ``.dockerconfigjson`` key mounted as a file.
 """
 
 from __future__ import annotations
@@ -94,7 +95,21 @@ def credentials_from_dockerconfig(
     if encoded is None:
         raise ValueError("the Secret has no .dockerconfigjson key (type dockerconfigjson)")
     try:
-        config = json.loads(base64.b64decode(encoded, validate=True))
+        raw = base64.b64decode(encoded, validate=True)
+    except ValueError as err:
+        raise ValueError(f"the Secret's .dockerconfigjson is not valid: {err}") from err
+    return credentials_from_dockerconfig_json(raw, registry_host)
+
+
+def credentials_from_dockerconfig_json(raw: bytes, registry_host: str) -> Credentials | None:
+    """The credentials for ``registry_host`` in a ``.dockerconfigjson`` document (a mounted
+    Secret's file, or its decoded ``data``).
+
+    Raises:
+        ValueError: The document is not a readable dockerconfigjson.
+    """
+    try:
+        config = json.loads(raw)
         auths = config["auths"]
         if not isinstance(auths, dict):
             raise TypeError("auths is not an object")
@@ -151,6 +166,11 @@ class RegistryClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._authorization: dict[str, str] = {}
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """What this client sends when the registry asks (None: anonymous)."""
+        return self._credentials
 
     async def __aenter__(self) -> RegistryClient:
         return self

@@ -1,0 +1,65 @@
+"""A claim created from a snapshot: its Sandbox runs the snapshot's image.
+
+Upstream's schemas stay as they are, so a claim names its snapshot with an annotation,
+``extensions.agents.x-k8s.io/snapshot: <SandboxSnapshot name>`` (same namespace). Such a claim
+never adopts a warm Sandbox (that one runs the template's image); its cold Sandbox is the
+template's with the first container's ``image`` replaced by the snapshot's pinned reference
+``registry/repository@sha256:...``. The Pod pulls it with the template's ``imagePullSecrets``,
+plus the Secret named by ``extensions.agents.x-k8s.io/snapshot-pull-secret`` on the claim
+when set (a ``kubernetes.io/dockerconfigjson`` Secret of the registry, in the claim's namespace).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
+from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, meta, quote
+from kube_agent_sandbox.extensions.claim.errors import ReconcilerError, SnapshotNotReadyError
+
+ANNOTATION_SNAPSHOT: Final = "extensions.agents.x-k8s.io/snapshot"
+ANNOTATION_SNAPSHOT_PULL_SECRET: Final = "extensions.agents.x-k8s.io/snapshot-pull-secret"
+
+
+def snapshot_of(claim: Obj) -> str:
+    """The SandboxSnapshot the claim starts from (``""``: none)."""
+    return str((meta(claim).get("annotations") or {}).get(ANNOTATION_SNAPSHOT) or "")
+
+
+async def snapshot_image(client: Client, namespace: str, name: str) -> str:
+    """The pinned image of a Ready SandboxSnapshot.
+
+    Raises:
+        SnapshotNotReadyError: It does not exist, is not Ready (yet), or has no image.
+        ReconcilerError: It cannot be read.
+    """
+    try:
+        snapshot = await client.get(SANDBOX_SNAPSHOTS, namespace, name)
+    except ApiError as exc:
+        if exc.not_found:
+            raise SnapshotNotReadyError(f"SandboxSnapshot {quote(name)} not found") from exc
+        raise ReconcilerError(f"failed to read SandboxSnapshot {quote(name)}: {exc}") from exc
+    status = snapshot.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    image = status.get("image")
+    if phase != "Ready" or not image:
+        raise SnapshotNotReadyError(f"SandboxSnapshot {quote(name)} is {phase}, not Ready")
+    return str(image)
+
+
+def apply_snapshot(sandbox: Obj, claim: Obj, image: str) -> None:
+    """Run the Sandbox's first container from ``image`` (and pull with the claim's Secret).
+
+    Raises:
+        ReconcilerError: The template has no container to replace.
+    """
+    pod_spec = sandbox["spec"]["podTemplate"].setdefault("spec", {})
+    containers = pod_spec.get("containers") or []
+    if not containers:
+        raise ReconcilerError("the template has no container to start from the snapshot")
+    containers[0]["image"] = image
+    secret = (meta(claim).get("annotations") or {}).get(ANNOTATION_SNAPSHOT_PULL_SECRET)
+    if secret:
+        pulls = pod_spec.setdefault("imagePullSecrets", [])
+        if {"name": secret} not in pulls:
+            pulls.append({"name": str(secret)})

@@ -1,0 +1,90 @@
+"""What the SandboxSnapshot controller watches, and the RBAC rules it needs.
+
+It runs with ``--extensions`` when ``--snapshot-registry`` is set: SandboxSnapshots are the
+primary resource, Sandboxes are cached to find a snapshot's source.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.controller.rbac import PolicyRule, rule
+from kube_agent_sandbox.controller.runtime import ControllerBuilder
+from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
+from kube_agent_sandbox.extensions.snapshot.reconciler import SnapshotReconciler
+from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings, parse_settings
+
+if TYPE_CHECKING:
+    from kube_agent_sandbox.controller.config import ControllerOptions
+    from kube_agent_sandbox.controller.runtime import Manager
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME: Final = "sandboxsnapshot"
+EVENT_REPORTER: Final = "sandboxsnapshot-controller"
+WORKERS: Final = 4
+
+RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
+    # Snapshots: cached; the finalizer is added and removed with a merge patch.
+    rule(c.EXTENSIONS_GROUP, SANDBOX_SNAPSHOTS.plural, ("get", "list", "watch", "patch", "update")),
+    rule(c.EXTENSIONS_GROUP, f"{SANDBOX_SNAPSHOTS.plural}/status", ("get", "update", "patch")),
+    rule(c.GROUP, SANDBOXES.plural, ("get", "list", "watch")),
+    # The source Pod's node and container (read once per look, not cached).
+    rule("", "pods", ("get",)),
+    # No Secret rule: the registry's credentials are a mounted file (--snapshot-registry-auth-file).
+    rule("", "events", ("create", "patch")),
+    rule("events.k8s.io", "events", ("create", "patch")),
+)
+"""Permissions of the SandboxSnapshot controller (docs/guides/snapshots.md)."""
+
+
+def settings_from(options: ControllerOptions) -> RegistrySettings:
+    """The registry settings from the ``--snapshot-*`` flags.
+
+    Raises:
+        SettingsError: A flag value cannot work.
+    """
+    return parse_settings(
+        options.snapshot_registry,
+        options.snapshot_registry_auth_file,
+        options.snapshot_registry_ca,
+        options.snapshot_repository_prefix,
+    )
+
+
+def setup(
+    manager: Manager, options: ControllerOptions, *, namespace: str | None = None
+) -> SnapshotReconciler:
+    """Register the SandboxSnapshot controller and its caches.
+
+    Args:
+        manager: The process manager.
+        options: Parsed flags (the ``--snapshot-*`` ones).
+        namespace: Watch only this namespace (tests sharing a cluster); all when None.
+
+    Returns:
+        The reconciler (tests drive it directly).
+    """
+    settings = settings_from(options)
+    snapshots = manager.informer(SANDBOX_SNAPSHOTS, namespace=namespace)
+    sandboxes = manager.informer(SANDBOXES, namespace=namespace)
+    reconciler = SnapshotReconciler(
+        manager.client,
+        snapshots=snapshots,
+        sandboxes=sandboxes,
+        settings=settings,
+        recorder=manager.event_recorder(EVENT_REPORTER),
+        metrics=SnapshotMetrics(manager.registry),
+        commit_timeout=options.snapshot_commit_timeout,
+    )
+    (
+        ControllerBuilder(manager, CONTROLLER_NAME)
+        .for_resource(SANDBOX_SNAPSHOTS)
+        .with_workers(WORKERS)
+        .complete(reconciler)
+    )
+    log.info("sandboxsnapshot controller registered", extra={"registry": settings.url})
+    return reconciler

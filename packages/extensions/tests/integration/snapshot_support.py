@@ -1,0 +1,153 @@
+"""Helpers of the SandboxSnapshot integration tests: the namespace API with snapshot waits, and
+the node agent's committer for a cluster without containerd (kwok).
+
+The committer is the one part that differs from a real node: instead of reading a container's
+overlay upper directory through containerd, it writes a layer from a folder of files and pushes
+it, with the same image builder and registry client, to the same real registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
+from kube_agent_sandbox.controller.runtime import Obj
+from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
+from kube_agent_sandbox.extensions.snapshot.image import (
+    OCI_CONFIG,
+    OCI_MANIFEST,
+    build_snapshot_image,
+)
+from kube_agent_sandbox.extensions.snapshot.layer import write_layer
+from kube_agent_sandbox.extensions.snapshot.registry import RegistryClient, sha256_digest
+from kube_agent_sandbox.testing.nsapi import NamespaceApi
+
+_EMPTY_CONFIG = json.dumps(
+    {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+).encode()
+
+
+class SnapshotEnv(NamespaceApi):
+    """Sandboxes, snapshots and their waits."""
+
+    async def running_sandbox(self, name: str) -> Obj:
+        """A Ready Sandbox whose Pod reports a containerd container ID (as a kubelet would)."""
+        await self.create(
+            SANDBOXES,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+                },
+            },
+        )
+
+        async def pod_running() -> Obj | None:
+            pod = await self.get(PODS, name)
+            statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+            return pod if statuses and statuses[0].get("state", {}).get("running") else None
+
+        pod = await self.until(pod_running, f"the Pod of {name} running")
+        statuses = pod["status"]["containerStatuses"]
+        statuses[0]["containerID"] = f"containerd://{secrets.token_hex(32)}"
+        await self.client.patch(
+            PODS,
+            self.namespace,
+            name,
+            {"status": {"containerStatuses": statuses}},
+            subresource="status",
+        )
+        return pod
+
+    async def snapshot(self, name: str, sandbox: str, **spec: str) -> Obj:
+        return await self.create(
+            SANDBOX_SNAPSHOTS,
+            {"metadata": {"name": name}, "spec": {"sandboxName": sandbox, **spec}},
+        )
+
+    async def until_phase(self, name: str, phase: str) -> Obj:
+        async def probe() -> Obj | None:
+            obj = await self.get(SANDBOX_SNAPSHOTS, name)
+            return obj if ((obj or {}).get("status") or {}).get("phase") == phase else None
+
+        return await self.until(probe, f"snapshot {name} {phase}")
+
+    async def until_condition(self, name: str, type_: str, reason: str) -> Obj:
+        async def probe() -> Obj | None:
+            obj = await self.get(SANDBOX_SNAPSHOTS, name)
+            for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+                if cond.get("type") == type_ and cond.get("reason") == reason:
+                    return obj
+            return None
+
+        return await self.until(probe, f"snapshot {name} {type_} reason {reason}")
+
+
+@dataclass
+class FolderCommitter:
+    """Commits a folder of files instead of a container (kwok has none); records overlaps.
+
+    Attributes:
+        root: Where the folders and layer files go.
+        gate: Awaited before returning the result, when set (a test holds the commit there).
+        running: Container IDs being committed now.
+        overlapped: Set when two commits of one container ran at once.
+    """
+
+    root: Path
+    gate: asyncio.Event | None = None
+    running: set[str] = field(default_factory=set)
+    overlapped: bool = False
+
+    async def __call__(
+        self, container_id: str, target: CommitTarget, registry: RegistryClient, *, comment: str
+    ) -> CommitResult:
+        if container_id in self.running:
+            self.overlapped = True
+        self.running.add(container_id)
+        try:
+            return await self._commit(container_id, target, registry, comment)
+        finally:
+            self.running.discard(container_id)
+
+    async def _commit(
+        self, container_id: str, target: CommitTarget, registry: RegistryClient, comment: str
+    ) -> CommitResult:
+        tree = self.root / secrets.token_hex(4)
+        (tree / "var/tmp").mkdir(parents=True)
+        (tree / "var/tmp/agent-notes.txt").write_text(f"written in {container_id[:12]}")
+        blob = tree.with_suffix(".tar.gz")
+        with blob.open("wb") as out:
+            layer = write_layer(tree, out)
+        base = {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": OCI_CONFIG,
+                "digest": sha256_digest(_EMPTY_CONFIG),
+                "size": len(_EMPTY_CONFIG),
+            },
+            "layers": [],
+        }
+        image = build_snapshot_image(base, _EMPTY_CONFIG, layer, comment=comment)
+        await registry.push_blob(target.repository, layer.digest, blob)
+        await registry.push_blob(target.repository, image.config_digest, image.config)
+        digest = await registry.put_manifest(
+            target.repository, target.tag, image.manifest, image.media_type
+        )
+        # Give a concurrent commit of the same container the chance to overlap, if allowed.
+        await asyncio.sleep(0)
+        if self.gate is not None:
+            await self.gate.wait()
+        return CommitResult(
+            image=target.reference(digest),
+            digest=digest,
+            layer=layer,
+            base_image="busybox",
+            frozen_seconds=0.0,
+        )
