@@ -5,7 +5,9 @@ deletes it with the sandbox. kwok has no CNI: enforcement itself is not tested h
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
 
 import pytest
 from e2b import ALL_TRAFFIC, Sandbox
@@ -14,7 +16,9 @@ from gateway_stack import GatewayStack
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
+from kube_agent_sandbox.controller.runtime import ApiClient, load_kubeconfig
 from kube_agent_sandbox.gateway import tenants
+from kube_agent_sandbox.gateway.egress_refresh import EgressRefresher
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.gateway import (
     kwok_template_spec,
@@ -54,19 +58,20 @@ def test_sdk_egress_rules_become_a_network_policy(
         assert time.monotonic() < deadline, "the gateway never saw the API key"
         time.sleep(0.1)
 
-    # a domain is refused before anything is created
-    with pytest.raises((InvalidArgumentException, SandboxException), match="domain"):
+    # a wildcard domain is refused before anything is created
+    with pytest.raises((InvalidArgumentException, SandboxException), match="wildcard"):
         Sandbox.create(
             "base",
             timeout=60,
-            network={"allow_out": ["pypi.org"], "deny_out": [ALL_TRAFFIC]},
+            network={"allow_out": ["*.pypi.org"], "deny_out": [ALL_TRAFFIC]},
             api_key=key,
         )
 
+    # a host name allows the addresses it resolves to (localhost: from /etc/hosts, offline)
     sbx = Sandbox.create(
         "base",
         timeout=60,
-        network={"allow_out": ["1.1.1.1", "10.1.0.0/16"], "deny_out": [ALL_TRAFFIC]},
+        network={"allow_out": ["1.1.1.1", "10.1.0.0/16", "localhost"], "deny_out": [ALL_TRAFFIC]},
         api_key=key,
     )
     api = cluster.api_client()
@@ -93,6 +98,36 @@ def test_sdk_egress_rules_become_a_network_policy(
     assert spec["egress"][0]["to"] == [
         {"ipBlock": {"cidr": "1.1.1.1/32"}},
         {"ipBlock": {"cidr": "10.1.0.0/16"}},
+        {"ipBlock": {"cidr": "127.0.0.1/32"}},
+    ]
+
+    # new addresses of the host name are patched in, with the gateway's own rights
+    async def moved(names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        return dict.fromkeys(names, ("192.0.2.7",))
+
+    async def refresh() -> int:
+        index = gateway_stack.state.index
+        config = load_kubeconfig(str(gateway_stack.state.options.kubeconfig))
+        async with ApiClient(config) as client:
+            refresher = EgressRefresher(
+                lambda: client,
+                lambda: [index.record(claim) for claim in index.claims.list()],
+                lambda: moved,
+                gateway_namespace=lambda: None,
+            )
+            return await refresher.refresh()
+
+    assert asyncio.run(refresh()) >= 1
+    policy = wait_for_object(
+        api,
+        ObjectRef("networking.k8s.io/v1", "NetworkPolicy", f"{sbx.sandbox_id}-egress", namespace),
+        lambda _: True,
+        timeout=10,
+    )
+    assert policy["spec"]["egress"][0]["to"] == [
+        {"ipBlock": {"cidr": "1.1.1.1/32"}},
+        {"ipBlock": {"cidr": "10.1.0.0/16"}},
+        {"ipBlock": {"cidr": "192.0.2.7/32"}},
     ]
     info = sbx.get_info()
     assert info.sandbox_id == sbx.sandbox_id

@@ -4,9 +4,14 @@ E2B's semantics (its OpenAPI ``SandboxNetworkConfig``): without ``denyOut`` ever
 destination is allowed; a destination in ``denyOut`` is blocked unless it is also in
 ``allowOut`` ("allowed entries always take precedence over denied entries"); ``"0.0.0.0/0"``
 (the SDKs' ``ALL_TRAFFIC``) in ``denyOut`` blocks everything, and ``allowInternetAccess:
-false`` means exactly that. Entries are IP addresses or CIDR blocks; E2B also accepts domain
-names in ``allowOut``, which a NetworkPolicy cannot match, so this gateway refuses them (400)
-rather than silently allowing or blocking nothing.
+false`` means exactly that. Entries are IP addresses or CIDR blocks, and in ``allowOut`` also
+host names. A NetworkPolicy matches addresses only, so a host name allows the IPv4 addresses
+it resolves to, from the gateway, when the policy is made and again every
+:data:`DNS_REFRESH_SECONDS` (:mod:`.egress_refresh`): a coarser rule than E2B's, which filters
+on the TLS SNI / HTTP Host of each connection (every service on those addresses is reachable,
+and an address the sandbox's resolver picks that the gateway's did not is blocked until the
+next refresh). Wildcards (``*.example.com``) name no addresses and are refused (400), as are
+host names in ``denyOut``.
 
 Enforcement: one NetworkPolicy ``<sandbox id>-egress`` in the tenant namespace, selecting the
 sandbox's pod by the label its Sandbox controller always sets
@@ -25,10 +30,13 @@ egress. Documented in ``docs/guides/gateway.md`` ("Outbound network rules").
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import logging
 import re
-from collections.abc import Mapping
+import socket
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -36,6 +44,8 @@ from typing import Any, Final
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.namehash import name_hash
 from kube_agent_sandbox.gateway.annotations import LABEL_EGRESS_SANDBOX
+
+log = logging.getLogger(__name__)
 
 ALL_TRAFFIC: Final = "0.0.0.0/0"
 """E2B's ``ALL_TRAFFIC``: in ``denyOut`` it blocks every destination."""
@@ -55,6 +65,9 @@ SERVICE_ACCOUNT_NAMESPACE_FILE: Final = Path(
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 )
 POLICY_SUFFIX: Final = "-egress"
+DNS_REFRESH_SECONDS: Final = 60.0
+"""How often the addresses of ``allowOut`` host names are resolved again."""
+DNS_TIMEOUT_SECONDS: Final = 5.0
 
 _HOSTNAME: Final = re.compile(
     r"^(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.?$",
@@ -71,12 +84,18 @@ class EgressRules:
     """Normalized outbound rules of one sandbox.
 
     Attributes:
-        allow_out: IPv4 CIDR blocks always reachable (canonical, in request order).
+        allow_out: IPv4 CIDR blocks (canonical) and host names (lower case, no final dot)
+            always reachable, in request order.
         deny_out: IPv4 CIDR blocks blocked unless also allowed.
     """
 
     allow_out: tuple[str, ...] = ()
     deny_out: tuple[str, ...] = ()
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """The host names of ``allow_out`` (their addresses are resolved, not stored)."""
+        return tuple(entry for entry in self.allow_out if not _is_block(entry))
 
     @property
     def restricted(self) -> bool:
@@ -135,10 +154,12 @@ def parse_entry(entry: str, what: str, *, allow: bool) -> str:
     """One ``allowOut``/``denyOut`` entry as a canonical IPv4 CIDR block.
 
     ``8.8.8.8`` becomes ``8.8.8.8/32``; host bits are cleared (``10.1.2.3/8`` ->
-    ``10.0.0.0/8``), as E2B's Go parser does.
+    ``10.0.0.0/8``), as E2B's Go parser does. A host name (``allowOut`` only) is kept in lower
+    case without its final dot.
 
     Raises:
-        InvalidEgressRules: a domain name, an IPv6 address, or not an address at all.
+        InvalidEgressRules: a host name in ``denyOut``, a wildcard, an IPv6 address, or not an
+            address at all.
     """
     text = entry.strip()
     try:
@@ -158,11 +179,13 @@ def parse_entry(entry: str, what: str, *, allow: bool) -> str:
                 f"network.{what} entry {entry!r} is a domain name; deny rules take IP"
                 " addresses or CIDR blocks only"
             )
-        raise InvalidEgressRules(
-            f"network.{what} entry {entry!r} is a domain name; domain rules are not supported"
-            " by this gateway (it enforces egress with Kubernetes NetworkPolicies, which match"
-            " IP addresses only): use IP addresses or CIDR blocks"
-        )
+        if text.startswith("*."):
+            raise InvalidEgressRules(
+                f"network.{what} entry {entry!r} is a wildcard domain; this gateway enforces"
+                " egress with Kubernetes NetworkPolicies, which match addresses, and a wildcard"
+                " resolves to none: list the host names"
+            )
+        return text.lower().rstrip(".")
     raise InvalidEgressRules(f"network.{what} entry {entry!r} is not an IPv4 address or CIDR block")
 
 
@@ -196,8 +219,21 @@ def policy_name(sandbox_id: str) -> str:
     return f"{sandbox_id}{POLICY_SUFFIX}"
 
 
-def allowed_blocks(rules: EgressRules) -> list[dict[str, Any]]:
-    """The ``ipBlock`` peers the sandbox may reach: everything not denied, plus the allowed.
+def _is_block(entry: str) -> bool:
+    try:
+        ipaddress.IPv4Network(entry)
+    except ValueError:
+        return False
+    return True
+
+
+Resolved = Mapping[str, Sequence[str]]
+"""The IPv4 addresses of each ``allowOut`` host name (none: it did not resolve)."""
+
+
+def allowed_blocks(rules: EgressRules, resolved: Resolved | None = None) -> list[dict[str, Any]]:
+    """The ``ipBlock`` peers the sandbox may reach: everything not denied, plus the allowed
+    blocks and the ``/32`` of each address the allowed host names resolved to.
 
     An allowed block that overlaps no denied one is reachable anyway and is left out.
     """
@@ -207,11 +243,39 @@ def allowed_blocks(rules: EgressRules) -> list[dict[str, Any]]:
     if everything not in denied:
         # ``except`` entries must lie strictly inside ``cidr``: true for all but 0.0.0.0/0
         peers.append({"ipBlock": {"cidr": ALL_TRAFFIC, "except": [str(d) for d in denied]}})
-    for text in rules.allow_out:
+    blocks: list[str] = []
+    for entry in rules.allow_out:
+        if _is_block(entry):
+            blocks.append(entry)
+        else:
+            blocks.extend(f"{address}/32" for address in (resolved or {}).get(entry, ()))
+    seen: set[str] = set()
+    for text in blocks:
         block = ipaddress.IPv4Network(text)
-        if any(block.overlaps(d) for d in denied):
+        if text not in seen and any(block.overlaps(d) for d in denied):
+            seen.add(text)
             peers.append({"ipBlock": {"cidr": text}})
     return peers
+
+
+async def resolve_domains(domains: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The IPv4 addresses of each host name, sorted; a name that does not resolve (or not in
+    :data:`DNS_TIMEOUT_SECONDS`) gets none and is logged, so one bad name blocks nothing else."""
+    loop = asyncio.get_running_loop()
+
+    async def one(name: str) -> tuple[str, ...]:
+        try:
+            async with asyncio.timeout(DNS_TIMEOUT_SECONDS):
+                infos = await loop.getaddrinfo(
+                    name, None, family=socket.AF_INET, type=socket.SOCK_STREAM
+                )
+        except (OSError, TimeoutError) as exc:
+            log.warning("egress host name %s does not resolve: %s", name, exc or "timed out")
+            return ()
+        return tuple(sorted({str(info[4][0]) for info in infos}, key=ipaddress.IPv4Address))
+
+    found = await asyncio.gather(*(one(name) for name in domains))
+    return dict(zip(domains, found, strict=True))
 
 
 def network_policy(
@@ -220,6 +284,7 @@ def network_policy(
     rules: EgressRules,
     *,
     gateway_namespace: str | None,
+    resolved: Resolved | None = None,
 ) -> dict[str, Any]:
     """The NetworkPolicy enforcing ``rules`` on ``sandbox``'s pod, owned by the Sandbox.
 
@@ -229,10 +294,11 @@ def network_policy(
         rules: the rules; must be :attr:`EgressRules.restricted`.
         gateway_namespace: where the gateway's pods run (their heartbeat endpoint stays
             reachable), or None when unknown.
+        resolved: the addresses of the rules' host names (:func:`resolve_domains`).
     """
     meta = sandbox["metadata"]
     egress: list[dict[str, Any]] = []
-    peers = allowed_blocks(rules)
+    peers = allowed_blocks(rules, resolved)
     if peers:
         egress.append({"to": peers})
     egress.append(

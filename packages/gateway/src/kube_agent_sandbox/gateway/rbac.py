@@ -4,9 +4,10 @@ The gateway reads claims, Sandboxes, Pods, warm pools, templates and its API-key
 through informers; it creates, patches and deletes only SandboxClaims, creates a zero-replica
 warm pool for a template that has none, patches Sandboxes (resume, pause, policy
 annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its claim), creates
-the NetworkPolicy enforcing a sandbox's outbound rules (owned by its Sandbox) and renews
-heartbeat Leases. The data plane's exec fallback runs commands through ``pods/exec``; the web
-console reads one sandbox's ``pods/log`` and lists its Events.
+the NetworkPolicy enforcing a sandbox's outbound rules (owned by its Sandbox; patched when the
+addresses of its allowOut host names change) and renews heartbeat Leases. The data plane's
+exec fallback runs commands through ``pods/exec``; the web console reads one sandbox's
+``pods/log`` and lists its Events.
 
 Secrets are split off (issue 21): the cluster-wide role (:data:`RBAC_RULES`) may only list and
 watch Secrets, which its API-key informer needs (label-selected, but RBAC cannot restrict a
@@ -42,8 +43,9 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule("", "pods/exec", ("create", "get")),
     # the API-key informer (label-selected; RBAC cannot narrow a list by label): no get/create
     rule("", "secrets", ("list", "watch")),
-    # the NetworkPolicy of a sandbox's E2B outbound rules (garbage-collected with its Sandbox)
-    rule("networking.k8s.io", "networkpolicies", ("create",)),
+    # the NetworkPolicy of a sandbox's E2B outbound rules (garbage-collected with its Sandbox);
+    # patch: the addresses of its allowOut host names, resolved again every minute
+    rule("networking.k8s.io", "networkpolicies", ("create", "patch")),
     rule("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
 """The gateway's cluster-wide ClusterRole rules (bind with a RoleBinding per tenant namespace

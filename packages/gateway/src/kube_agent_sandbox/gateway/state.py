@@ -50,6 +50,8 @@ from kube_agent_sandbox.gateway.activity import ActivityTracker
 from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, init_daemon
+from kube_agent_sandbox.gateway.egress import own_namespace, resolve_domains
+from kube_agent_sandbox.gateway.egress_refresh import EgressRefresher, Resolver
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
 from kube_agent_sandbox.gateway.metrics import GatewayMetrics
 from kube_agent_sandbox.gateway.overdue_pause import OverduePauses
@@ -101,6 +103,14 @@ class GatewayState:
         self.metrics = GatewayMetrics()
         self.resumer = Resumer(self, metrics=self.metrics)
         self.overdue_pauses = OverduePauses(lambda: self.api, self._gateway_sandboxes)
+        self.resolve_domains: Resolver = resolve_domains
+        """Host names of ``allowOut`` to addresses (tests replace it)."""
+        self.egress_refresher = EgressRefresher(
+            lambda: self.api,
+            self._gateway_records,
+            lambda: self.resolve_domains,
+            gateway_namespace=lambda: own_namespace(self.options.gateway_namespace),
+        )
         self.creates: dict[tuple[str, str], tuple[str, asyncio.Future[str]]] = {}
         """In-flight creates of this process by ``(namespace, Idempotency-Key)`` -> request
         fingerprint and future of the sandbox id (across replicas the claim's name
@@ -207,6 +217,7 @@ class GatewayState:
         self._build_informers(manager)
         manager.add_runnable(self.activity, needs_leader=True)
         manager.add_runnable(self.overdue_pauses, needs_leader=True)
+        manager.add_runnable(self.egress_refresher, needs_leader=True)
         # one client (its TLS context is built once); pods are reached directly, never by proxy
         self.http = httpx.AsyncClient(trust_env=False)
         self._manager = manager
@@ -233,13 +244,17 @@ class GatewayState:
             self._api = None
         self.started = False
 
-    def _gateway_sandboxes(self) -> Iterator[Obj]:
-        """The Sandboxes of the claims this gateway created."""
+    def _gateway_records(self) -> Iterator[SandboxRecord]:
+        """The records of the claims this gateway created."""
         index = self.index
         for claim in index.claims.list():
-            sandbox = index.record(claim).sandbox
-            if sandbox is not None:
-                yield sandbox
+            yield index.record(claim)
+
+    def _gateway_sandboxes(self) -> Iterator[Obj]:
+        """The Sandboxes of the claims this gateway created."""
+        for record in self._gateway_records():
+            if record.sandbox is not None:
+                yield record.sandbox
 
     # -- shared operations ------------------------------------------------------------------
     async def init_sandbox(self, record: SandboxRecord, *, env_vars: dict[str, str]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from kube_agent_sandbox.gateway.egress import (
     allowed_blocks,
     network_policy,
     parse_egress,
+    resolve_domains,
 )
 from kube_agent_sandbox.gateway.rbac import RBAC_RULES
 
@@ -58,8 +60,7 @@ def test_no_rules_and_allow_internet_access() -> None:
 @pytest.mark.parametrize(
     ("network", "words"),
     [
-        ({"allowOut": ["example.com"]}, ["'example.com'", "domain", "not supported"]),
-        ({"allowOut": ["*.example.com"]}, ["'*.example.com'", "domain"]),
+        ({"allowOut": ["*.example.com"]}, ["'*.example.com'", "wildcard", "host names"]),
         ({"denyOut": ["example.com"]}, ["network.denyOut", "'example.com'", "domain"]),
         ({"allowOut": ["2001:db8::/32"]}, ["'2001:db8::/32'", "IPv6"]),
         ({"denyOut": ["1.2.3.4/33"]}, ["'1.2.3.4/33'", "not an IPv4 address"]),
@@ -74,6 +75,40 @@ def test_bad_entries_are_named(network: dict[str, Any], words: list[str]) -> Non
         parse_egress(network)
     for word in words:
         assert word in str(caught.value)
+
+
+def test_host_names_are_kept_in_allow_out() -> None:
+    rules = parse_egress(
+        {
+            "allowOut": ["PyPI.org.", "1.1.1.1", "pypi.org", "files.pythonhosted.org"],
+            "denyOut": [ALL_TRAFFIC],
+        }
+    )
+    assert rules is not None
+    assert rules.allow_out == ("pypi.org", "1.1.1.1/32", "files.pythonhosted.org")
+    assert rules.domains == ("pypi.org", "files.pythonhosted.org")
+    assert EgressRules.from_json(rules.to_json()) == rules
+
+
+def test_host_names_allow_the_addresses_they_resolved_to() -> None:
+    rules = EgressRules(
+        allow_out=("pypi.org", "1.1.1.1/32", "gone.example"), deny_out=(ALL_TRAFFIC,)
+    )
+    resolved = {"pypi.org": ("151.101.0.223", "1.1.1.1"), "gone.example": ()}
+    peers = allowed_blocks(rules, resolved)
+    assert peers == [
+        {"ipBlock": {"cidr": "151.101.0.223/32"}},
+        {"ipBlock": {"cidr": "1.1.1.1/32"}},
+    ]
+    assert _reachable(peers, "151.101.0.223")
+    assert not _reachable(peers, "151.101.0.224")
+    # not resolved yet: the host name allows nothing (never everything)
+    assert allowed_blocks(rules) == [{"ipBlock": {"cidr": "1.1.1.1/32"}}]
+
+
+async def test_resolve_domains_gives_ipv4_addresses_and_nothing_for_a_bad_name() -> None:
+    found = await resolve_domains(["localhost", "no-such-host.invalid"])
+    assert found == {"localhost": ("127.0.0.1",), "no-such-host.invalid": ()}
 
 
 def test_allow_internet_access_must_be_a_boolean() -> None:
@@ -175,8 +210,9 @@ def test_policy_selects_the_sandbox_pod_and_is_owned_by_the_sandbox() -> None:
     }
 
 
-def test_the_gateway_role_may_create_network_policies() -> None:
-    assert any("networkpolicies" in r.resources and "create" in r.verbs for r in RBAC_RULES)
+def test_the_gateway_role_may_create_and_patch_network_policies() -> None:
+    for verb in ("create", "patch"):
+        assert any("networkpolicies" in r.resources and verb in r.verbs for r in RBAC_RULES)
 
 
 # -- the create endpoint ---------------------------------------------------------------------
@@ -233,13 +269,55 @@ async def test_allow_internet_access_false_denies_everything(gateway: Gateway) -
 
 
 async def test_bad_rules_answer_400_naming_the_entry(gateway: Gateway) -> None:
-    response = await _create(gateway, network={"allowOut": ["pypi.org"], "denyOut": [ALL_TRAFFIC]})
+    response = await _create(
+        gateway, network={"allowOut": ["*.pypi.org"], "denyOut": [ALL_TRAFFIC]}
+    )
     assert response.status_code == 400
     body = response.json()
     assert body["code"] == 400
-    assert "'pypi.org'" in body["message"]
-    assert "domain" in body["message"]
+    assert "'*.pypi.org'" in body["message"]
+    assert "wildcard" in body["message"]
     assert gateway.api.objects(SANDBOX_CLAIMS) == []
+
+
+async def test_host_names_become_their_addresses_and_follow_changes(gateway: Gateway) -> None:
+    answers = {"pypi.org": ("151.101.0.223",)}
+
+    async def resolver(names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        return {name: answers.get(name, ()) for name in names}
+
+    gateway.state.resolve_domains = resolver
+    response = await _create(
+        gateway, network={"allowOut": ["pypi.org", "1.1.1.1"], "denyOut": [ALL_TRAFFIC]}
+    )
+    assert response.status_code == 201, response.text
+    sid = response.json()["sandboxID"]
+    claim = claim_of(gateway.api, sid)
+    # the annotation keeps the host name, never its addresses of the moment
+    assert json.loads(claim["metadata"]["annotations"][ANNOTATION_EGRESS])["allowOut"] == [
+        "pypi.org",
+        "1.1.1.1/32",
+    ]
+
+    def allowed() -> list[Any]:
+        policy = gateway.api.obj(NETWORK_POLICIES, f"{sid}-egress", "tenant-a")
+        assert policy is not None
+        return list(policy["spec"]["egress"][0]["to"])
+
+    assert allowed() == [
+        {"ipBlock": {"cidr": "151.101.0.223/32"}},
+        {"ipBlock": {"cidr": "1.1.1.1/32"}},
+    ]
+    refresher = gateway.state.egress_refresher
+    assert await refresher.refresh() == 0  # unchanged: no write
+    answers["pypi.org"] = ("151.101.64.223", "151.101.128.223")
+    assert await refresher.refresh() == 1
+    assert allowed() == [
+        {"ipBlock": {"cidr": "151.101.64.223/32"}},
+        {"ipBlock": {"cidr": "151.101.128.223/32"}},
+        {"ipBlock": {"cidr": "1.1.1.1/32"}},
+    ]
+    assert await refresher.refresh() == 0
 
 
 async def test_a_refused_policy_deletes_the_sandbox(gateway: Gateway) -> None:

@@ -247,11 +247,15 @@ async def enforce_egress(state: GatewayState, record: SandboxRecord) -> bool:
         if record.sandbox is None:
             reason, error = "the claim names no Sandbox", None
         else:
+            # host names allow the addresses they resolve to now; the leader's refresher
+            # follows later changes (an unresolvable name allows nothing until it resolves)
+            resolved = await state.resolve_domains(rules.domains) if rules.domains else {}
             policy = network_policy(
                 record.sandbox,
                 record.sandbox_id,
                 rules,
                 gateway_namespace=own_namespace(state.options.gateway_namespace),
+                resolved=resolved,
             )
             try:
                 await create_owned(state.api, NETWORK_POLICIES, record.namespace, policy)
@@ -260,6 +264,7 @@ async def enforce_egress(state: GatewayState, record: SandboxRecord) -> bool:
                 if exc.status == 403:
                     reason = f"the gateway may not create NetworkPolicies ({exc.message})"
             else:
+                state.egress_refresher.remember(record.namespace, record.sandbox_id, resolved)
                 return True
     deleted = await _delete_quietly(state, record.namespace, record.sandbox_id)
     raise EgressNotEnforced(reason, error=error, deleted=deleted)
