@@ -132,6 +132,23 @@ def test_sdk_egress_rules_become_a_network_policy(
     info = sbx.get_info()
     assert info.sandbox_id == sbx.sandbox_id
 
+    # update_network replaces the rules in place (the gateway's own rights: patch, delete)
+    policy_ref = ObjectRef(
+        "networking.k8s.io/v1", "NetworkPolicy", f"{sbx.sandbox_id}-egress", namespace
+    )
+    sbx.update_network({"allow_out": ["8.8.8.8"], "deny_out": [ALL_TRAFFIC]})
+    policy = wait_for_object(
+        api,
+        policy_ref,
+        lambda p: p["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "8.8.8.8/32"}}],
+        timeout=10,
+    )
+    assert sbx.get_info().sandbox_id == sbx.sandbox_id
+    sbx.update_network({})
+    wait_for_deletion(api, policy_ref, timeout=10)
+    sbx.update_network({"allow_internet_access": False})
+    wait_for_object(api, policy_ref, lambda _: True, timeout=10)
+
     sbx.kill()
     wait_for_deletion(
         api,

@@ -89,7 +89,7 @@ def test_writes_are_exactly_the_reviewed_ones() -> None:
         # the envd surface over the exec API, for images without sandboxd
         "pods/exec": {"create"},
         # a sandbox's E2B outbound rules (owned by its Sandbox: deleted by the garbage collector)
-        "networkpolicies": {"create", "patch"},
+        "networkpolicies": {"create", "patch", "delete"},
     }
     writes = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind"}
     granted: dict[str, set[str]] = {}

@@ -4,8 +4,9 @@ A NetworkPolicy matches addresses, so a host name in ``allowOut`` is enforced as
 it resolved to (:mod:`.egress`). Those change (DNS round robin, CDNs, a moved service), so the
 gateway's leader resolves the host names of its sandboxes again every
 :data:`~.egress.DNS_REFRESH_SECONDS` and patches a policy's ``egress`` when its addresses
-changed. What each policy was last given is remembered in memory; a new leader starts with
-nothing remembered and patches each such policy once.
+changed. What each policy was last given (for which rules) is remembered in memory; a new
+leader starts with nothing remembered and patches each such policy once, and so does a pass
+that finds other rules than it remembers (changed by ``update_network`` on another replica).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kube_agent_sandbox.controller.runtime import ApiError, Client
 from kube_agent_sandbox.gateway.controlplane.models import stored_egress
 from kube_agent_sandbox.gateway.egress import (
     DNS_REFRESH_SECONDS,
+    EgressRules,
     InvalidEgressRules,
     network_policy,
 )
@@ -60,8 +62,9 @@ class EgressRefresher:
         self._resolver = resolver
         self._gateway_namespace = gateway_namespace
         self._loop = Periodic("egress host name refresh", interval, self.refresh)
-        self.applied: dict[Key, dict[str, tuple[str, ...]]] = {}
-        """The addresses each policy was last given (by the create path or a pass)."""
+        self.applied: dict[Key, tuple[str, dict[str, tuple[str, ...]]]] = {}
+        """The rules (JSON) and addresses each policy was last given (by a create, an update
+        or a pass)."""
 
     async def refresh(self) -> int:
         """One pass; how many policies were patched."""
@@ -79,7 +82,7 @@ class EgressRefresher:
                 continue
             seen.add(key)
             resolved = await self._resolver()(rules.domains)
-            if self.applied.get(key) == resolved:
+            if self.applied.get(key) == (rules.to_json(), resolved):
                 continue
             policy = network_policy(
                 record.sandbox,
@@ -89,7 +92,7 @@ class EgressRefresher:
                 resolved=resolved,
             )
             if await self._patch(record.namespace, policy):
-                self.applied[key] = resolved
+                self.remember(record.namespace, record.sandbox_id, rules, resolved)
                 patched += 1
         for gone in set(self.applied) - seen:
             del self.applied[gone]
@@ -109,11 +112,17 @@ class EgressRefresher:
         return True
 
     def remember(
-        self, namespace: str, sandbox_id: str, resolved: dict[str, tuple[str, ...]]
+        self,
+        namespace: str,
+        sandbox_id: str,
+        rules: EgressRules,
+        resolved: dict[str, tuple[str, ...]],
     ) -> None:
-        """Record what the create path put into a new policy."""
-        if resolved:
-            self.applied[(namespace, sandbox_id)] = resolved
+        """Record what a policy was just given (by a create, an update or a pass)."""
+        if rules.domains:
+            self.applied[(namespace, sandbox_id)] = (rules.to_json(), resolved)
+        else:
+            self.applied.pop((namespace, sandbox_id), None)
 
     async def start(self) -> None:
         """Start the loop (once the caches synced)."""

@@ -44,8 +44,9 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     # the API-key informer (label-selected; RBAC cannot narrow a list by label): no get/create
     rule("", "secrets", ("list", "watch")),
     # the NetworkPolicy of a sandbox's E2B outbound rules (garbage-collected with its Sandbox);
-    # patch: the addresses of its allowOut host names, resolved again every minute
-    rule("networking.k8s.io", "networkpolicies", ("create", "patch")),
+    # patch: update_network and the addresses of its allowOut host names (resolved again every
+    # minute); delete: update_network clearing every rule
+    rule("networking.k8s.io", "networkpolicies", ("create", "patch", "delete")),
     rule("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
 """The gateway's cluster-wide ClusterRole rules (bind with a RoleBinding per tenant namespace

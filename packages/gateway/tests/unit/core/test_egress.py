@@ -328,3 +328,70 @@ async def test_a_refused_policy_deletes_the_sandbox(gateway: Gateway) -> None:
     assert "may not create NetworkPolicies" in message
     assert "the sandbox was deleted" in message
     assert gateway.api.objects(SANDBOX_CLAIMS) == []
+
+
+# -- update_network --------------------------------------------------------------------------
+async def _update(gateway: Gateway, sid: str, key: str | None = None, **body: Any) -> Any:
+    return await gateway.client.put(
+        f"/sandboxes/{sid}/network", json=body, headers=gateway.headers(key)
+    )
+
+
+def _policy(gateway: Gateway, sid: str) -> dict[str, Any] | None:
+    return gateway.api.obj(NETWORK_POLICIES, f"{sid}-egress", "tenant-a")
+
+
+async def test_update_network_replaces_the_rules_in_place(gateway: Gateway) -> None:
+    response = await _create(gateway, network={"allowOut": ["1.1.1.1"], "denyOut": [ALL_TRAFFIC]})
+    sid = response.json()["sandboxID"]
+    before = _policy(gateway, sid)
+    assert before is not None
+
+    updated = await _update(gateway, sid, allowOut=["8.8.8.8"], denyOut=[ALL_TRAFFIC])
+    assert updated.status_code == 204, updated.text
+    after = _policy(gateway, sid)
+    assert after is not None
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]  # patched, not recreated
+    assert after["spec"]["egress"][0] == {"to": [{"ipBlock": {"cidr": "8.8.8.8/32"}}]}
+    claim = claim_of(gateway.api, sid)
+    assert json.loads(claim["metadata"]["annotations"][ANNOTATION_EGRESS]) == {
+        "allowOut": ["8.8.8.8/32"],
+        "denyOut": [ALL_TRAFFIC],
+    }
+    info = await gateway.client.get(f"/sandboxes/{sid}", headers=gateway.headers())
+    assert info.json()["network"] == {"allowOut": ["8.8.8.8/32"], "denyOut": [ALL_TRAFFIC]}
+
+
+async def test_update_network_without_rules_removes_the_policy(gateway: Gateway) -> None:
+    response = await _create(gateway, allowInternetAccess=False)
+    sid = response.json()["sandboxID"]
+    assert _policy(gateway, sid) is not None
+    # E2B: a field left out is cleared
+    updated = await _update(gateway, sid)
+    assert updated.status_code == 204, updated.text
+    assert _policy(gateway, sid) is None
+    claim = claim_of(gateway.api, sid)
+    assert ANNOTATION_EGRESS not in claim["metadata"].get("annotations", {})
+    # and back: a sandbox without a policy gets one (the Python SDK's spelling of the field)
+    updated = await _update(gateway, sid, allow_internet_access=False)
+    assert updated.status_code == 204, updated.text
+    policy = _policy(gateway, sid)
+    assert policy is not None
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == c.KIND_SANDBOX
+
+
+async def test_update_network_refuses_bad_rules_and_other_tenants(gateway: Gateway) -> None:
+    response = await _create(gateway, network={"denyOut": ["10.0.0.0/8"]})
+    sid = response.json()["sandboxID"]
+    bad = await _update(gateway, sid, allowOut=["*.example.com"], denyOut=[ALL_TRAFFIC])
+    assert bad.status_code == 400
+    assert "wildcard" in bad.json()["message"]
+    other = await _update(gateway, sid, key=gateway.other_key, denyOut=[ALL_TRAFFIC])
+    assert other.status_code == 404
+    policy = _policy(gateway, sid)
+    assert policy is not None
+    assert policy["spec"]["egress"][0]["to"] == [
+        {"ipBlock": {"cidr": ALL_TRAFFIC, "except": ["10.0.0.0/8"]}}
+    ]
+    missing = await _update(gateway, "no-such-sandbox", denyOut=[ALL_TRAFFIC])
+    assert missing.status_code == 404

@@ -264,7 +264,9 @@ async def enforce_egress(state: GatewayState, record: SandboxRecord) -> bool:
                 if exc.status == 403:
                     reason = f"the gateway may not create NetworkPolicies ({exc.message})"
             else:
-                state.egress_refresher.remember(record.namespace, record.sandbox_id, resolved)
+                state.egress_refresher.remember(
+                    record.namespace, record.sandbox_id, rules, resolved
+                )
                 return True
     deleted = await _delete_quietly(state, record.namespace, record.sandbox_id)
     raise EgressNotEnforced(reason, error=error, deleted=deleted)

@@ -11,6 +11,7 @@ from starlette.routing import Route
 from kube_agent_sandbox.gateway.activity import heartbeat_route
 from kube_agent_sandbox.gateway.controlplane.create import create_sandbox
 from kube_agent_sandbox.gateway.controlplane.lifecycle import connect, kill, pause, set_timeout
+from kube_agent_sandbox.gateway.controlplane.network import update_network
 from kube_agent_sandbox.gateway.controlplane.query import get_metrics, get_sandbox, list_sandboxes
 from kube_agent_sandbox.gateway.state import GatewayState
 
@@ -47,4 +48,5 @@ def control_plane_routes(state: GatewayState) -> list[Route]:
         Route(f"/sandboxes/{sid}/timeout", bind(set_timeout), methods=["POST"]),
         Route(f"/sandboxes/{sid}/pause", bind(pause), methods=["POST"]),
         Route(f"/sandboxes/{sid}/metrics", bind(get_metrics), methods=["GET"]),
+        Route(f"/sandboxes/{sid}/network", bind(update_network), methods=["PUT"]),
     ]
