@@ -39,8 +39,10 @@ CLI = "cli"
 """How fast ``agent-sandbox list`` and the SDK import start, beside ``kubectl get``."""
 MCP = "mcp"
 """What an MCP tool call adds to the SDK or gateway call it wraps (stdio and HTTP)."""
-OURS_ONLY = (GATEWAY, CLI, MCP, "cache-memory", "latency", "scale")
-"""Scenarios of this project alone (the gateway, the CLI, and the older benchmarks)."""
+SNAPSHOTS = "snapshots"
+"""Filesystem snapshot and start-from-snapshot times on the real node (root; named only)."""
+OURS_ONLY = (GATEWAY, CLI, MCP, SNAPSHOTS, "cache-memory", "latency", "scale")
+"""Scenarios of this project alone (the gateway, the CLI, snapshots, the older benchmarks)."""
 NAMES = COMPARABLE + OURS_ONLY
 DEFAULT = (*COMPARABLE, GATEWAY, CLI, MCP)
 """What runs when no scenario is named (the comparison ones with ``--controller-cmd``)."""
@@ -66,6 +68,7 @@ QUICK = {
     "cli_sandboxes": 3,
     "cli_runs": 5,
     "mcp_calls": 10,
+    "snapshot_sizes": "10",
 }
 """``--quick`` sizes: every scenario on a handful of objects, minutes in all."""
 
@@ -145,6 +148,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--cli-sandboxes", type=int, default=10, help="cli: Ready Sandboxes listed (10)")
     add("--cli-runs", type=int, default=20, help="cli: timed runs of each command (20)")
     add("--mcp-calls", type=int, default=200, help="mcp: timed calls per direct/MCP pair (200)")
+    add(
+        "--snapshot-sizes",
+        default="10,500",
+        help="snapshots: filesystem changes to snapshot, MiB (10,500)",
+    )
     # older benchmarks
     add("--sandboxes", type=int, default=10_000, help="scale: Sandboxes to create (10000)")
     add("--nodes", type=int, default=20, help="scale: kwok nodes, 1000 pods each (20)")
@@ -221,6 +229,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
         parser.error("sample sizes must be positive (suspend samples may be 0)")
     try:
         args.memory_steps = _memory_steps(str(args.memory_steps))
+        from benchlib.snapshots import parse_sizes
+
+        parse_sizes(str(args.snapshot_sizes))
     except ValueError as err:
         parser.error(str(err))
     if args.compare and not args.controller_cmd:
@@ -291,6 +302,11 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[ControllerSpec], B
 
             sizes_mcp = mcp_overhead.McpSizes(args.mcp_calls, within)
             return mcp_overhead.run(sizes_mcp, spec=spec, keep_workdir=keep)
+        if name == SNAPSHOTS:
+            from benchlib import snapshots
+
+            sizes_s = snapshots.SnapshotSizes(snapshots.parse_sizes(args.snapshot_sizes), within)
+            return snapshots.run(sizes_s, keep_workdir=keep)
         if name == CLI:
             from benchlib import cli
 

@@ -18,6 +18,7 @@ import run
         (["--memory-steps", "a,b"], "invalid literal"),
         (["--claims", "0"], "--claims must be at least 1"),
         (["--cold-rate", "0"], "--cold-rate must be positive"),
+        (["snapshots", "--snapshot-sizes", "0"], "--snapshot-sizes"),
         (["nonsense"], "unknown scenario"),
     ],
 )

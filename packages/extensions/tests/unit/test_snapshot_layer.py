@@ -20,7 +20,9 @@ from kube_agent_sandbox.extensions.snapshot.layer import (
     OPAQUE_MARKER,
     LayerError,
     LayerInfo,
+    compress_tar,
     write_layer,
+    write_tar,
 )
 from kube_agent_sandbox.testing.plugin import unavailable
 
@@ -231,6 +233,27 @@ def test_digests_name_the_bytes_and_repeat_for_the_same_tree(tmp_path: Path) -> 
     assert first.digest == "sha256:" + hashlib.sha256(blob).hexdigest()
     assert first.diff_id == "sha256:" + hashlib.sha256(gzip.decompress(blob)).hexdigest()
     assert first.size == len(blob)
+
+
+def test_two_passes_give_the_bytes_of_one(tmp_path: Path) -> None:
+    upper = tmp_path / "upper"
+    (upper / "a" / "b").mkdir(parents=True)
+    (upper / "a" / "f").write_bytes(os.urandom(3 << 20))
+    (upper / "a" / "b" / "g").write_text("text " * 1000)
+    (upper / "link").symlink_to("a/f")
+
+    one, blob = _layer(upper)
+    tar_bytes = io.BytesIO()
+    tar = write_tar(upper, tar_bytes)
+    assert tar.size == len(tar_bytes.getvalue())
+    tar_bytes.seek(0)
+    out = io.BytesIO()
+    two = compress_tar(tar_bytes, out, tar)
+
+    assert two == one
+    assert out.getvalue() == blob
+    with pytest.raises(LayerError, match="does not exist"):
+        write_tar(tmp_path / "nowhere", io.BytesIO())
 
 
 def test_empty_upper_is_an_empty_valid_layer(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
 """Commit a running container's writable layer as an image and push it to a registry.
 
 The steps, on the container's node: find its overlay upper directory and base image; freeze the
-container so no write lands half-way through the diff; write the upper directory as a layer;
-thaw (always, also when the diff fails); push the base image's layers the registry lacks, the
-new layer, the config and the manifest; answer the manifest's digest. The container keeps
-running throughout, apart from the freeze; nothing is changed in containerd.
+container so no write lands half-way through the diff; write the upper directory as a tar;
+thaw (always, also when the diff fails); compress the tar into the layer; push the base image's
+layers the registry lacks, the new layer, the config and the manifest; answer the manifest's
+digest. The container keeps running throughout, apart from the freeze; nothing is changed in
+containerd. The work directory holds the tar and the layer at once (about twice the writes).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kube_agent_sandbox.extensions.snapshot.image import (
     parse_manifest,
     pick_platform,
 )
-from kube_agent_sandbox.extensions.snapshot.layer import LayerInfo, write_layer
+from kube_agent_sandbox.extensions.snapshot.layer import LayerInfo, compress_tar, write_tar
 from kube_agent_sandbox.extensions.snapshot.registry import (
     RegistryClient,
     check_reference,
@@ -82,15 +83,23 @@ def _base_manifest(node: ContainerdNode, container: ContainerInfo) -> dict[str, 
 def _freeze_and_diff(
     node: ContainerdNode, container: ContainerInfo, upper: Path, layer_file: Path
 ) -> tuple[LayerInfo, float]:
-    """Write the layer while the container is frozen; thaw even when the diff fails."""
-    node.pause(container.container_id)
-    started = time.monotonic()
+    """Write the tar while the container is frozen (thawed even when that fails), then
+    compress it into ``layer_file``: the freeze lasts a copy of the writes, not gzip's work
+    (500 MiB: 20 s frozen in one pass on a loaded 2-core machine)."""
+    tar_file = layer_file.with_name(layer_file.name + ".tar")
     try:
-        with layer_file.open("wb") as out:
-            layer = write_layer(upper, out)
+        node.pause(container.container_id)
+        started = time.monotonic()
+        try:
+            with tar_file.open("wb") as out:
+                tar = write_tar(upper, out)
+        finally:
+            frozen = time.monotonic() - started
+            node.resume(container.container_id)
+        with tar_file.open("rb") as source, layer_file.open("wb") as out:
+            layer = compress_tar(source, out, tar)
     finally:
-        frozen = time.monotonic() - started
-        node.resume(container.container_id)
+        tar_file.unlink(missing_ok=True)
     return layer, frozen
 
 
