@@ -188,6 +188,9 @@ async def test_bad_input_is_an_error_result_not_a_crash(r: RWorker) -> None:
     assert _text(await _run(r, "rm(list = ls()); send <- 1; print <- 2; cat <- 3; 4")) == "[1] 4"
     assert _text(await _run(r, "exists('kept')")) == "[1] FALSE"
     assert [e["type"] for e in await _run(r, "")] == ["number_of_executions"]
+    # Console input is empty (not the driver's command pipe), so reading it cannot hang a cell.
+    assert _text(await _run(r, 'readline("q? ")')) == '[1] ""'
+    assert _text(await _run(r, "length(readLines(stdin()))")) == "[1] 0"
 
 
 async def test_warnings_go_to_stderr_when_they_happen(r: RWorker) -> None:
