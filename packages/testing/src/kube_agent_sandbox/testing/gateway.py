@@ -268,9 +268,7 @@ def start_gateway(
     return process, url
 
 
-def create_key(
-    kubeconfig: Path | str, namespace: str, *, gateway_namespace: str | None = None
-) -> str:
+def create_key(kubeconfig: Path | str, namespace: str, *, gateway_namespace: str) -> str:
     """A tenant API key made with ``agent-sandbox-gateway keys create`` (as a user would).
 
     The command stores it in the gateway's namespace and binds the gateway's tenant role in
@@ -279,8 +277,8 @@ def create_key(
     Args:
         kubeconfig: Admin kubeconfig.
         namespace: The tenant's namespace.
-        gateway_namespace: Namespace of the gateway's ServiceAccount and keys; ``namespace``
-            if None (:func:`start_gateway` runs it there).
+        gateway_namespace: Namespace of the gateway's ServiceAccount and keys (the
+            ``namespace`` given to :func:`start_gateway`).
 
     Returns:
         The key (``e2b_`` and 40 hex digits).
@@ -292,7 +290,7 @@ def create_key(
             "create",
             f"--namespace={namespace}",
             f"--kubeconfig={kubeconfig}",
-            f"--gateway-namespace={gateway_namespace or namespace}",
+            f"--gateway-namespace={gateway_namespace}",
         ],
         capture_output=True,
         text=True,
