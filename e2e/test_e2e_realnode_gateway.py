@@ -100,7 +100,7 @@ def base_template(cluster: ClusterAccess, namespace: str, real_node_environment:
         timeout=240,
         what="a Ready warm member running sandboxd",
     )
-    return create_key(cluster.kubeconfig, namespace)
+    return create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
 
 
 @pytest.fixture

@@ -255,7 +255,7 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
 
 
 @pytest.fixture(scope="module")
-def many_sandboxes(cluster: ClusterAccess) -> Iterator[tuple[str, str]]:
+def many_sandboxes(cluster: ClusterAccess, gateway_stack: Any) -> Iterator[tuple[str, str]]:
     """A tenant namespace with :data:`MANY` Sandbox objects, and its key.
 
     They are created Suspended: the controller reconciles them without starting 1,000 pods
@@ -263,7 +263,7 @@ def many_sandboxes(cluster: ClusterAccess) -> Iterator[tuple[str, str]]:
     """
     namespace = namespace_name("console-many")
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    key = create_key(cluster.kubeconfig, namespace)
+    key = create_key(cluster.kubeconfig, namespace, gateway_namespace=gateway_stack.namespace)
     items = [
         {
             "apiVersion": c.SANDBOX_API_VERSION,

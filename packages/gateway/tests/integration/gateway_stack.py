@@ -6,7 +6,8 @@
 * ``sandboxd`` runs under uvicorn on a free local port: kwok pods run nothing, so every pod
   address is rewritten to 127.0.0.1 and port 49983 mapped to it (``pod_address_override``).
 * The gateway runs under uvicorn on a free port as a ServiceAccount bound only to its generated
-  ClusterRole (``kube_agent_sandbox.testing.gateway``), so a missing permission fails.
+  roles (``kube_agent_sandbox.testing.gateway``), so a missing permission fails; its API keys
+  are Secrets of the ServiceAccount's namespace (``gateway_namespace``).
 
 Not a test module: ``conftest.py`` imports it.
 """
@@ -144,7 +145,8 @@ def start_gateway(
 ) -> GatewayStack:
     """The gateway (all namespaces) as its own ServiceAccount, plus a local sandboxd.
 
-    Its tenant role is bound in ``tenants`` (``namespace`` if None), as ``keys create`` does.
+    The ServiceAccount and the API keys are in ``namespace``; its tenant role is bound in
+    ``tenants`` (``namespace`` if None), as ``keys create`` does.
     """
     from kube_agent_sandbox.sandboxd.app import build_app as build_daemon
 
@@ -154,6 +156,7 @@ def start_gateway(
         domain=domain,
         listen="127.0.0.1:0",
         kubeconfig=str(identity.kubeconfig),
+        gateway_namespace=namespace,
         hmac_secret_file=str(secret_file),
         pod_address_override="127.0.0.1",
         pod_port_map={ENVD_PORT: sandboxd.port},

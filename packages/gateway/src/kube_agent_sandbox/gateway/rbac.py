@@ -9,11 +9,12 @@ addresses of its allowOut host names change) and renews heartbeat Leases. The da
 exec fallback runs commands through ``pods/exec``; the web console reads one sandbox's
 ``pods/log`` and lists its Events.
 
-Secrets are split off (issue 21): the cluster-wide role (:data:`RBAC_RULES`) may only list and
-watch Secrets, which its API-key informer needs (label-selected, but RBAC cannot restrict a
-list by label); it can neither ``get`` a Secret by name nor create one. Reading and creating
-the ``<id>-env`` Secrets is :data:`TENANT_RBAC_RULES`, a ClusterRole bound with a RoleBinding
-in each tenant namespace (by ``agent-sandbox-gateway keys create``: :mod:`.tenant_rbac`), so a
+Secrets are split off (issue 21): the cluster-wide role (:data:`RBAC_RULES`) holds no right
+on Secrets at all. The API-key informer lists and watches the key Secrets of the gateway's own
+namespace only (:data:`KEYS_RBAC_RULES`, a Role there: RBAC cannot narrow a list by label, so
+a cluster-wide list would read every Secret of the cluster). Reading and creating the
+``<id>-env`` Secrets is :data:`TENANT_RBAC_RULES`, a ClusterRole bound with a RoleBinding in
+each tenant namespace (by ``agent-sandbox-gateway keys create``: :mod:`.tenant_rbac`), so a
 namespace nobody made a tenant gets no Secret written by the gateway (a
 ``kubernetes.io/service-account-token`` Secret would mint a token of any ServiceAccount there).
 """
@@ -41,8 +42,6 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     # the exec fallback (envd over pods/exec for images without a daemon); a WebSocket exec is
     # a GET, authorised as "create" since Kubernetes 1.31 and as "get" before
     rule("", "pods/exec", ("create", "get")),
-    # the API-key informer (label-selected; RBAC cannot narrow a list by label): no get/create
-    rule("", "secrets", ("list", "watch")),
     # the NetworkPolicy of a sandbox's E2B outbound rules (garbage-collected with its Sandbox);
     # patch: update_network and the addresses of its allowOut host names (resolved again every
     # minute); delete: update_network clearing every rule
@@ -51,6 +50,12 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
 )
 """The gateway's cluster-wide ClusterRole rules (bind with a RoleBinding per tenant namespace
 instead of the ClusterRoleBinding to scope it further)."""
+
+KEYS_RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
+    # the API-key informer: the key Secrets of the gateway's own namespace
+    rule("", "secrets", ("list", "watch")),
+)
+"""The rules of the Role in the gateway's own namespace (where its API keys are)."""
 
 TENANT_RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     # a sandbox's envVars: the ``<id>-env`` Secret, created with the claim and read back for

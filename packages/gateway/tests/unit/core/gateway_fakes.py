@@ -23,11 +23,15 @@ from kube_agent_sandbox.controller.runtime import FakeApi, Obj
 from kube_agent_sandbox.gateway.app import build_app
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.state import GatewayState
+from kube_agent_sandbox.gateway.tenant_rbac import DEFAULT_GATEWAY_NAMESPACE
 from kube_agent_sandbox.gateway.tenants import generate_key, key_secret
 from kube_agent_sandbox.gateway.tokens import Tokens
 
 TENANT = "tenant-a"
 OTHER = "tenant-b"
+GATEWAY_NS = DEFAULT_GATEWAY_NAMESPACE
+"""The gateway's own namespace, where its API-key Secrets are (the default: no option set, no
+ServiceAccount file; setting it would also change the egress NetworkPolicies)."""
 TOKEN_SECRET = b"0123456789abcdef0123"
 
 
@@ -158,8 +162,8 @@ async def started_gateway(
     """
     api = FakeApi()
     key, other_key = generate_key(), generate_key()
-    api.add(SECRETS, key_secret(TENANT, key))
-    api.add(SECRETS, key_secret(OTHER, other_key))
+    api.add(SECRETS, key_secret(TENANT, key, gateway_namespace=GATEWAY_NS))
+    api.add(SECRETS, key_secret(OTHER, other_key, gateway_namespace=GATEWAY_NS))
     add_pool(api, TENANT, "base")
     add_pool(api, OTHER, "base")
     options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2, domain=domain)
