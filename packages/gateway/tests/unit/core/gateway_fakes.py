@@ -148,13 +148,14 @@ def add_pool(api: FakeApi, namespace: str, name: str) -> None:
 
 @contextlib.asynccontextmanager
 async def started_gateway(
-    *, domain: str | None = None, base_url: str = "http://gw"
+    *, domain: str | None = None, base_url: str = "http://gw", **options_: Any
 ) -> AsyncIterator[Gateway]:
     """A started gateway with tenants A and B, a pool ``base`` in both, a fake controller.
 
     Args:
         domain: the gateway's ``--domain`` (None: none configured).
         base_url: where the test client sends requests (its Host).
+        options_: other :class:`GatewayOptions` fields.
     """
     api = FakeApi()
     key, other_key = generate_key(), generate_key()
@@ -162,7 +163,9 @@ async def started_gateway(
     api.add(SECRETS, key_secret(OTHER, other_key))
     add_pool(api, TENANT, "base")
     add_pool(api, OTHER, "base")
-    options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2, domain=domain)
+    options = GatewayOptions(
+        create_timeout_seconds=2, init_timeout_seconds=0.2, domain=domain, **options_
+    )
     state = GatewayState(options, api=api, tokens=Tokens(TOKEN_SECRET))
     app = build_app(state)
     await state.start()
