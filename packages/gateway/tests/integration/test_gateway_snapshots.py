@@ -1,0 +1,253 @@
+"""E2B snapshots through the gateway, driven by the real ``e2b`` SDK, against a real
+kube-apiserver (kwok) and the local cluster's real OCI registry (``--cluster-registry=tls``).
+
+The gateway, the Sandbox, claim and SandboxSnapshot controllers and the snapshot node agent
+run in-process, each as its ServiceAccount with its generated RBAC. Only the agent's committer
+differs from a node's: kwok runs no containers, so it pushes a layer made from a folder (the
+extensions' ``FolderCommitter``). Covered: ``create_snapshot`` (Ready, pushed), the memory mode
+refused with what is missing, ``list_snapshots``, ``Sandbox.create(<snapshot id>)`` (a cold
+Sandbox running the snapshot's image), ``delete_snapshot`` (the image leaves the registry), and
+another tenant that sees and uses none of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import secrets
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from e2b import AsyncSandbox
+from e2b.exceptions import SandboxException
+from gateway_stack import EXTENSIONS, start_controllers, start_gateway
+
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
+from kube_agent_sandbox.controller import rbac
+from kube_agent_sandbox.controller.config import ControllerOptions
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ControllerBuilder,
+    Manager,
+    Obj,
+    load_kubeconfig,
+)
+from kube_agent_sandbox.extensions.snapshot import rbacgen as agent_rbacgen
+from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent
+from kube_agent_sandbox.extensions.snapshot.registry import RegistryError
+from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
+from kube_agent_sandbox.extensions.snapshot.status import split_image
+from kube_agent_sandbox.gateway import tenants
+from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.gateway import kwok_template_spec, warm_template
+from kube_agent_sandbox.testing.nsapi import NamespaceApi
+from kube_agent_sandbox.testing.registry import RunningRegistry
+
+# The extensions' committer for kwok (one copy of it, in the extensions' integration tests).
+_EXTENSIONS_TESTS = Path(__file__).parents[3] / "extensions" / "tests" / "integration"
+if str(_EXTENSIONS_TESTS) not in sys.path:
+    sys.path.append(str(_EXTENSIONS_TESTS))
+from snapshot_support import FolderCommitter  # noqa: E402
+
+pytestmark = pytest.mark.integration
+AGENT_ROLE = "agent-sandbox-snapshotter-test"
+
+
+def _registry_settings(registry: RunningRegistry, tmp_path: Path) -> RegistrySettings:
+    auth = base64.b64encode(f"{registry.username}:{registry.password or ''}".encode()).decode()
+    auth_file = tmp_path / "registry-auth.json"
+    auth_file.write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
+    return RegistrySettings(
+        url=registry.url, auth_file=str(auth_file), ca_file=str(registry.ca_file or "")
+    )
+
+
+def _start_agent(
+    runner: ControllerRunner, namespace: str, node: str, settings: RegistrySettings, root: Path
+) -> None:
+    """The node agent of ``node`` as its ServiceAccount (its generated ClusterRole)."""
+    identity = runner.identity(
+        "agent-sandbox-snapshotter",
+        namespace=namespace,
+        cluster_roles=[AGENT_ROLE],
+        rbac=[
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": AGENT_ROLE},
+                "rules": [r.to_dict() for r in rbac.normalize_rules(agent_rbacgen.RBAC_RULES)],
+            }
+        ],
+    )
+
+    async def run(kubeconfig: Path) -> None:
+        async with ApiClient(load_kubeconfig(str(kubeconfig))) as api:
+            manager = Manager(
+                api, metrics_bind_address="0", health_bind_address="0", namespace=namespace
+            )
+            agent = SnapshotAgent(
+                manager.client,
+                snapshots=manager.informer(SANDBOX_SNAPSHOTS),
+                node_name=node,
+                settings=settings,
+                committer=FolderCommitter(root),
+            )
+            builder = ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS)
+            builder.with_workers(2).complete(agent)
+            await manager.run()
+
+    runner.start(run, identity=identity, name="snapshotter")
+
+
+async def _give_container_id(env: NamespaceApi, pod_name: str) -> str:
+    """Report a containerd container ID on the running Pod, as a kubelet would; its node."""
+
+    async def running() -> Obj | None:
+        pod = await env.get(PODS, pod_name)
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        return pod if statuses and statuses[0].get("state", {}).get("running") else None
+
+    pod = await env.until(running, f"the Pod {pod_name} running")
+    statuses = pod["status"]["containerStatuses"]
+    statuses[0]["containerID"] = f"containerd://{secrets.token_hex(32)}"
+    await env.client.patch(
+        PODS,
+        env.namespace,
+        pod_name,
+        {"status": {"containerStatuses": statuses}},
+        subresource="status",
+    )
+    return str(pod["spec"]["nodeName"])
+
+
+async def _manifest_status(settings: RegistrySettings, image: str) -> int:
+    _, repository, digest = split_image(image)
+    async with await settings.client() as registry:
+        try:
+            await registry.get_manifest(repository, digest)
+        except RegistryError as err:
+            return err.status
+    return 200
+
+
+@contextlib.asynccontextmanager
+async def _env(cluster: ClusterAccess, namespace: str) -> AsyncIterator[NamespaceApi]:
+    async with NamespaceApi.connect(cluster.kubeconfig, namespace) as env:
+        yield env
+
+
+async def test_e2b_sdk_snapshot_verbs(
+    cluster: ClusterAccess,
+    namespace: str,
+    other_namespace: str,
+    agent_sandbox_crds: list[str],
+    controller_runner: ControllerRunner,
+    oci_registry: RunningRegistry,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert "sandboxsnapshots.extensions.agents.x-k8s.io" in agent_sandbox_crds
+    settings = _registry_settings(oci_registry, tmp_path)
+    options = ControllerOptions(
+        extensions=True,
+        snapshot_registry=settings.url,
+        snapshot_registry_auth_file=settings.auth_file,
+        snapshot_registry_ca=settings.ca_file,
+    )
+    start_controllers(
+        controller_runner,
+        rootpath=request.config.rootpath,
+        namespace=namespace,
+        options=options,
+        extensions=(*EXTENSIONS, "snapshot"),
+    )
+    secret_file = tmp_path / "hmac"
+    secret_file.write_text(secrets.token_hex(32))
+    stack = start_gateway(controller_runner, namespace=namespace, secret_file=secret_file)
+    monkeypatch.setenv("E2B_API_URL", stack.url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", stack.url)
+    for name in ("E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        cluster.apply(
+            warm_template(
+                "base",
+                template_spec=kwok_template_spec("e2b-base:test"),
+                replicas=1,
+                namespace=namespace,
+            )
+        )
+        key, other_key = tenants.generate_key(), tenants.generate_key()
+        cluster.apply(tenants.key_secret(namespace, key))
+        cluster.apply(tenants.key_secret(other_namespace, other_key))
+        async with _env(cluster, namespace) as env:
+
+            async def keys_seen() -> bool:
+                return stack.state.tenants.authenticate(other_key) is not None
+
+            await env.until(keys_seen, "the gateway sees the API keys")
+            sbx = await AsyncSandbox.create("base", timeout=120, api_key=key)
+            claim = await env.get(SANDBOX_CLAIMS, sbx.sandbox_id)
+            assert claim is not None
+            sandbox_name = claim["status"]["sandbox"]["name"]
+            node = await _give_container_id(env, sandbox_name)
+            _start_agent(controller_runner, namespace, node, settings, tmp_path)
+
+            # -- create_snapshot: Ready, pushed, recording the pool ----------------------
+            info = await sbx.create_snapshot(name="saved", mode="filesystem")
+            assert info.snapshot_id == "saved"
+            assert info.names == ["saved"]
+            saved = await env.get(SANDBOX_SNAPSHOTS, "saved")
+            assert saved is not None
+            assert saved["status"]["phase"] == "Ready"
+            assert saved["spec"]["sandboxName"] == sandbox_name
+            assert saved["metadata"]["annotations"][c.ANNOTATION_SNAPSHOT_WARM_POOL] == "base"
+            image = saved["status"]["image"]
+            assert await _manifest_status(settings, image) == 200
+            assert await sbx.is_running()  # the sandbox keeps running
+
+            # -- memory mode: E2B's "feature unavailable" answer, naming what is missing --
+            with pytest.raises(SandboxException) as refused:
+                await sbx.create_snapshot(mode="full")
+            assert "CRIU" in str(refused.value)
+            assert "400" in str(refused.value)
+
+            # -- list_snapshots ----------------------------------------------------------
+            listed = await AsyncSandbox.list_snapshots(api_key=key).next_items()
+            assert [s.snapshot_id for s in listed] == ["saved"]
+            by_box = AsyncSandbox.list_snapshots(sandbox_id=sbx.sandbox_id, api_key=key)
+            assert [s.snapshot_id for s in await by_box.next_items()] == ["saved"]
+
+            # -- another tenant sees and uses none of it ---------------------------------
+            assert await AsyncSandbox.list_snapshots(api_key=other_key).next_items() == []
+            assert await AsyncSandbox.delete_snapshot("saved", api_key=other_key) is False
+            with pytest.raises(SandboxException) as not_theirs:
+                await AsyncSandbox.create("saved", api_key=other_key)
+            assert "404" in str(not_theirs.value) or "not found" in str(not_theirs.value)
+
+            # -- Sandbox.create(<snapshot id>): a cold Sandbox running the snapshot's image
+            fork = await AsyncSandbox.create("saved", timeout=120, api_key=key)
+            fork_claim = await env.get(SANDBOX_CLAIMS, fork.sandbox_id)
+            assert fork_claim is not None
+            assert fork_claim["metadata"]["annotations"][c.ANNOTATION_SNAPSHOT] == "saved"
+            fork_box = await env.get(SANDBOXES, fork_claim["status"]["sandbox"]["name"])
+            assert fork_box is not None
+            pod_spec = fork_box["spec"]["podTemplate"]["spec"]
+            assert pod_spec["containers"][0]["image"] == image
+            await fork.kill()
+
+            # -- delete_snapshot: the object goes, and its image with it ----------------
+            assert await AsyncSandbox.delete_snapshot("saved", api_key=key) is True
+            await env.until_gone(SANDBOX_SNAPSHOTS, "saved")
+            assert await _manifest_status(settings, image) == 404
+            assert await AsyncSandbox.list_snapshots(api_key=key).next_items() == []
+            await sbx.kill()
+    finally:
+        stack.stop()
