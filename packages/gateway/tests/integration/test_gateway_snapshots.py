@@ -12,12 +12,8 @@ another tenant that sees and uses none of it.
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import json
 import secrets
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -27,21 +23,6 @@ from gateway_stack import EXTENSIONS, start_controllers, start_gateway
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_SNAPSHOTS, SANDBOXES
-from kube_agent_sandbox.api.rest import PODS
-from kube_agent_sandbox.controller import rbac
-from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime import (
-    ApiClient,
-    ControllerBuilder,
-    Manager,
-    Obj,
-    load_kubeconfig,
-)
-from kube_agent_sandbox.extensions.snapshot import rbacgen as agent_rbacgen
-from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent
-from kube_agent_sandbox.extensions.snapshot.registry import RegistryError
-from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
-from kube_agent_sandbox.extensions.snapshot.status import split_image
 from kube_agent_sandbox.gateway import tenants
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
@@ -49,97 +30,19 @@ from kube_agent_sandbox.testing.gateway import kwok_template_spec, warm_template
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
 from kube_agent_sandbox.testing.registry import RunningRegistry
 
-# The extensions' committer for kwok (one copy of it, in the extensions' integration tests).
+# The snapshot agent's runner and kwok committer live with the extensions' integration tests.
 _EXTENSIONS_TESTS = Path(__file__).parents[3] / "extensions" / "tests" / "integration"
 if str(_EXTENSIONS_TESTS) not in sys.path:
     sys.path.append(str(_EXTENSIONS_TESTS))
-from snapshot_support import FolderCommitter  # noqa: E402
+from snapshot_agent_runner import (  # noqa: E402
+    give_container_id,
+    manifest_status,
+    registry_settings,
+    snapshot_options,
+    start_agent,
+)
 
 pytestmark = pytest.mark.integration
-AGENT_ROLE = "agent-sandbox-snapshotter-test"
-
-
-def _registry_settings(registry: RunningRegistry, tmp_path: Path) -> RegistrySettings:
-    auth = base64.b64encode(f"{registry.username}:{registry.password or ''}".encode()).decode()
-    auth_file = tmp_path / "registry-auth.json"
-    auth_file.write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
-    return RegistrySettings(
-        url=registry.url, auth_file=str(auth_file), ca_file=str(registry.ca_file or "")
-    )
-
-
-def _start_agent(
-    runner: ControllerRunner, namespace: str, node: str, settings: RegistrySettings, root: Path
-) -> None:
-    """The node agent of ``node`` as its ServiceAccount (its generated ClusterRole)."""
-    identity = runner.identity(
-        "agent-sandbox-snapshotter",
-        namespace=namespace,
-        cluster_roles=[AGENT_ROLE],
-        rbac=[
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": AGENT_ROLE},
-                "rules": [r.to_dict() for r in rbac.normalize_rules(agent_rbacgen.RBAC_RULES)],
-            }
-        ],
-    )
-
-    async def run(kubeconfig: Path) -> None:
-        async with ApiClient(load_kubeconfig(str(kubeconfig))) as api:
-            manager = Manager(
-                api, metrics_bind_address="0", health_bind_address="0", namespace=namespace
-            )
-            agent = SnapshotAgent(
-                manager.client,
-                snapshots=manager.informer(SANDBOX_SNAPSHOTS),
-                node_name=node,
-                settings=settings,
-                committer=FolderCommitter(root),
-            )
-            builder = ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS)
-            builder.with_workers(2).complete(agent)
-            await manager.run()
-
-    runner.start(run, identity=identity, name="snapshotter")
-
-
-async def _give_container_id(env: NamespaceApi, pod_name: str) -> str:
-    """Report a containerd container ID on the running Pod, as a kubelet would; its node."""
-
-    async def running() -> Obj | None:
-        pod = await env.get(PODS, pod_name)
-        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
-        return pod if statuses and statuses[0].get("state", {}).get("running") else None
-
-    pod = await env.until(running, f"the Pod {pod_name} running")
-    statuses = pod["status"]["containerStatuses"]
-    statuses[0]["containerID"] = f"containerd://{secrets.token_hex(32)}"
-    await env.client.patch(
-        PODS,
-        env.namespace,
-        pod_name,
-        {"status": {"containerStatuses": statuses}},
-        subresource="status",
-    )
-    return str(pod["spec"]["nodeName"])
-
-
-async def _manifest_status(settings: RegistrySettings, image: str) -> int:
-    _, repository, digest = split_image(image)
-    async with await settings.client() as registry:
-        try:
-            await registry.get_manifest(repository, digest)
-        except RegistryError as err:
-            return err.status
-    return 200
-
-
-@contextlib.asynccontextmanager
-async def _env(cluster: ClusterAccess, namespace: str) -> AsyncIterator[NamespaceApi]:
-    async with NamespaceApi.connect(cluster.kubeconfig, namespace) as env:
-        yield env
 
 
 async def test_e2b_sdk_snapshot_verbs(
@@ -154,18 +57,12 @@ async def test_e2b_sdk_snapshot_verbs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert "sandboxsnapshots.extensions.agents.x-k8s.io" in agent_sandbox_crds
-    settings = _registry_settings(oci_registry, tmp_path)
-    options = ControllerOptions(
-        extensions=True,
-        snapshot_registry=settings.url,
-        snapshot_registry_auth_file=settings.auth_file,
-        snapshot_registry_ca=settings.ca_file,
-    )
+    settings = registry_settings(oci_registry, tmp_path)
     start_controllers(
         controller_runner,
         rootpath=request.config.rootpath,
         namespace=namespace,
-        options=options,
+        options=snapshot_options(settings),
         extensions=(*EXTENSIONS, "snapshot"),
     )
     secret_file = tmp_path / "hmac"
@@ -187,7 +84,7 @@ async def test_e2b_sdk_snapshot_verbs(
         key, other_key = tenants.generate_key(), tenants.generate_key()
         cluster.apply(tenants.key_secret(namespace, key))
         cluster.apply(tenants.key_secret(other_namespace, other_key))
-        async with _env(cluster, namespace) as env:
+        async with NamespaceApi.connect(cluster.kubeconfig, namespace) as env:
 
             async def keys_seen() -> bool:
                 return stack.state.tenants.authenticate(other_key) is not None
@@ -197,8 +94,8 @@ async def test_e2b_sdk_snapshot_verbs(
             claim = await env.get(SANDBOX_CLAIMS, sbx.sandbox_id)
             assert claim is not None
             sandbox_name = claim["status"]["sandbox"]["name"]
-            node = await _give_container_id(env, sandbox_name)
-            _start_agent(controller_runner, namespace, node, settings, tmp_path)
+            node = await give_container_id(env, sandbox_name)
+            start_agent(controller_runner, namespace, node, settings, tmp_path)
 
             # -- create_snapshot: Ready, pushed, recording the pool ----------------------
             info = await sbx.create_snapshot(name="saved", mode="filesystem")
@@ -210,7 +107,7 @@ async def test_e2b_sdk_snapshot_verbs(
             assert saved["spec"]["sandboxName"] == sandbox_name
             assert saved["metadata"]["annotations"][c.ANNOTATION_SNAPSHOT_WARM_POOL] == "base"
             image = saved["status"]["image"]
-            assert await _manifest_status(settings, image) == 200
+            assert await manifest_status(settings, image) == 200
             assert await sbx.is_running()  # the sandbox keeps running
 
             # -- memory mode: E2B's "feature unavailable" answer, naming what is missing --
@@ -246,7 +143,7 @@ async def test_e2b_sdk_snapshot_verbs(
             # -- delete_snapshot: the object goes, and its image with it ----------------
             assert await AsyncSandbox.delete_snapshot("saved", api_key=key) is True
             await env.until_gone(SANDBOX_SNAPSHOTS, "saved")
-            assert await _manifest_status(settings, image) == 404
+            assert await manifest_status(settings, image) == 404
             assert await AsyncSandbox.list_snapshots(api_key=key).next_items() == []
             await sbx.kill()
     finally:
