@@ -5,9 +5,10 @@ The gateway, the Sandbox, claim and SandboxSnapshot controllers and the snapshot
 run in-process, each as its ServiceAccount with its generated RBAC. Only the agent's committer
 differs from a node's: kwok runs no containers, so it pushes a layer made from a folder (the
 extensions' ``FolderCommitter``). Covered: ``create_snapshot`` (Ready, pushed), the memory mode
-refused with what is missing, ``list_snapshots``, ``Sandbox.create(<snapshot id>)`` (a cold
-Sandbox running the snapshot's image), ``delete_snapshot`` (the image leaves the registry), and
-another tenant that sees and uses none of it.
+refused with what is missing, the web console's Snapshot action, ``list_snapshots``,
+``Sandbox.create(<snapshot id>)`` (a cold Sandbox running the snapshot's image),
+``delete_snapshot`` (the image leaves the registry), and another tenant that sees and uses none
+of it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import secrets
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from e2b import AsyncSandbox
 from e2b.exceptions import SandboxException
@@ -109,6 +111,18 @@ async def test_e2b_sdk_snapshot_verbs(
             image = saved["status"]["image"]
             assert await manifest_status(settings, image) == 200
             assert await sbx.is_running()  # the sandbox keeps running
+
+            # -- the web console's Snapshot action: the same, answered with the image ------
+            async with httpx.AsyncClient(base_url=stack.url, timeout=120) as http:
+                console = f"/console/api/sandboxes/{sbx.sandbox_id}/snapshot"
+                taken = await http.post(console, headers={"X-API-KEY": key})
+                assert taken.status_code == 201, taken.text
+                shot = taken.json()
+                assert shot["image"].split("@")[1].startswith("sha256:")
+                theirs = await http.post(console, headers={"X-API-KEY": other_key})
+                assert theirs.status_code == 404
+            assert await AsyncSandbox.delete_snapshot(shot["snapshotID"], api_key=key) is True
+            await env.until_gone(SANDBOX_SNAPSHOTS, shot["snapshotID"])
 
             # -- memory mode: E2B's "feature unavailable" answer, naming what is missing --
             with pytest.raises(SandboxException) as refused:

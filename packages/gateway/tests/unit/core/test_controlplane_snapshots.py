@@ -3,63 +3,21 @@ SandboxSnapshots Ready (or Failed, or leaves them alone as a cluster without one
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-
 import pytest
 from controlplane_helpers import create_sandbox as _create
-from gateway_fakes import OTHER, TENANT, Gateway, claim_of, started_gateway
+from gateway_fakes import (
+    OTHER,
+    TENANT,
+    Gateway,
+    claim_of,
+    snapshot_controller,
+    started_gateway,
+)
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
-from kube_agent_sandbox.controller.runtime import ApiError, FakeApi, Obj
+from kube_agent_sandbox.controller.runtime import ApiError
 from kube_agent_sandbox.gateway.annotations import LABEL_SNAPSHOT_SANDBOX
-
-
-@contextlib.asynccontextmanager
-async def snapshot_controller(api: FakeApi, outcome: str = "Ready") -> AsyncIterator[list[str]]:
-    """Give every new SandboxSnapshot ``outcome``; yields the names it saw."""
-    seen: list[str] = []
-
-    async def run() -> None:
-        while True:
-            for obj in api.objects(SANDBOX_SNAPSHOTS):
-                meta = obj["metadata"]
-                if meta["uid"] in seen:
-                    continue
-                seen.append(meta["uid"])
-
-                def finish(o: Obj) -> None:
-                    if outcome == "Ready":
-                        o["status"] = {
-                            "phase": "Ready",
-                            "image": f"reg.example/{o['metadata']['name']}@sha256:{'a' * 64}",
-                            "size": 42,
-                        }
-                    else:
-                        o["status"] = {
-                            "phase": "Failed",
-                            "conditions": [
-                                {
-                                    "type": "Ready",
-                                    "status": "False",
-                                    "reason": outcome,
-                                    "message": "registry down",
-                                }
-                            ],
-                        }
-
-                api.mutate(SANDBOX_SNAPSHOTS, meta["name"], finish, namespace=meta["namespace"])
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(run())
-    try:
-        yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _snapshot(gw: Gateway, sid: str, body: dict[str, object] | None = None, key: str = ""):
