@@ -7,8 +7,8 @@ differs from a node's: kwok runs no containers, so it pushes a layer made from a
 extensions' ``FolderCommitter``). Covered: ``create_snapshot`` (Ready, pushed), the memory mode
 refused with what is missing, the web console's Snapshot action, ``list_snapshots``,
 ``Sandbox.create(<snapshot id>)`` (a cold Sandbox running the snapshot's image),
-``delete_snapshot`` (the image leaves the registry), and another tenant that sees and uses none
-of it.
+``fork``, ``delete_snapshot`` (the image leaves the registry), and another tenant that sees
+and uses none of it.
 """
 
 from __future__ import annotations
@@ -153,6 +153,18 @@ async def test_e2b_sdk_snapshot_verbs(
             pod_spec = fork_box["spec"]["podTemplate"]["spec"]
             assert pod_spec["containers"][0]["image"] == image
             await fork.kill()
+
+            # -- fork: one snapshot, each fork a Sandbox running its image ----------------
+            (forked,) = await sbx.fork(count=1, timeout=60)
+            assert isinstance(forked, AsyncSandbox), forked
+            assert await forked.is_running()
+            forked_claim = await env.get(SANDBOX_CLAIMS, forked.sandbox_id)
+            assert forked_claim is not None
+            fork_snapshot = forked_claim["metadata"]["annotations"][c.ANNOTATION_SNAPSHOT]
+            assert fork_snapshot.startswith(f"{sbx.sandbox_id}-")
+            await forked.kill()
+            assert await AsyncSandbox.delete_snapshot(fork_snapshot, api_key=key) is True
+            await env.until_gone(SANDBOX_SNAPSHOTS, fork_snapshot)
 
             # -- delete_snapshot: the object goes, and its image with it ----------------
             assert await AsyncSandbox.delete_snapshot("saved", api_key=key) is True

@@ -184,3 +184,38 @@ async def test_a_snapshot_without_a_recorded_pool_cannot_start_a_sandbox(gateway
     )
     assert response.status_code == 400
     assert c.ANNOTATION_SNAPSHOT_WARM_POOL in response.json()["message"]
+
+
+async def test_fork_snapshots_once_and_starts_each_fork_from_it(gateway: Gateway) -> None:
+    sid = await _create(gateway)
+    async with snapshot_controller(gateway.api) as seen:
+        response = await gateway.client.post(
+            f"/sandboxes/{sid}/fork", json={"count": 2, "timeout": 60}, headers=gateway.headers()
+        )
+    assert response.status_code == 201, response.text
+    forks = response.json()
+    assert len(forks) == 2
+    assert len(seen) == 1  # one snapshot for both
+    (snapshot,) = gateway.api.objects(SANDBOX_SNAPSHOTS)
+    ids = {f["sandbox"]["sandboxID"] for f in forks}
+    assert len(ids) == 2
+    assert sid not in ids
+    for fork_id in ids:
+        claim = claim_of(gateway.api, fork_id)
+        assert (
+            claim["metadata"]["annotations"][c.ANNOTATION_SNAPSHOT] == snapshot["metadata"]["name"]
+        )
+
+
+@pytest.mark.parametrize("body", [{"count": 0}, {"count": 21}, {"count": "2"}, {"timeout": -1}])
+async def test_fork_refuses_bad_counts_and_other_tenants(
+    gateway: Gateway, body: dict[str, object]
+) -> None:
+    sid = await _create(gateway)
+    bad = await gateway.client.post(f"/sandboxes/{sid}/fork", json=body, headers=gateway.headers())
+    assert bad.status_code == 400
+    other = await gateway.client.post(
+        f"/sandboxes/{sid}/fork", json={}, headers=gateway.headers(gateway.other_key)
+    )
+    assert other.status_code == 404
+    assert gateway.api.objects(SANDBOX_SNAPSHOTS) == []

@@ -756,12 +756,31 @@ async def _create_sandbox(request: Request, state: GatewayState) -> Response:
         idem = idempotency(state, tenant.namespace, idempotency_key, body)
     timer = PhaseTimer()
     try:
-        record = await _deduplicated(state, tenant, spec, idem, timer=timer)
-        ready = timer.elapsed()
-        if await enforce_egress(state, record):
-            timer.mark("egress")
+        record = await start_sandbox(state, tenant, spec, idem, timer=timer)
     except CreateFailed as failed:
         return create_failure_response(failed)
+    body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
+    return JSONResponse(body_out, status_code=201, headers={SERVER_TIMING: timer.header()})
+
+
+async def start_sandbox(
+    state: GatewayState,
+    tenant: Tenant,
+    spec: CreateRequest,
+    idem: Idempotency | None,
+    *,
+    timer: PhaseTimer,
+) -> SandboxRecord:
+    """Everything a create does after parsing: the Ready claim, its outbound rules, its policy
+    on the Sandbox and the daemon's ``/init`` (a create, and each sandbox of a fork).
+
+    Raises:
+        CreateFailed: the sandbox could not be started (see :func:`create_failure_response`).
+    """
+    record = await _deduplicated(state, tenant, spec, idem, timer=timer)
+    ready = timer.elapsed()
+    if await enforce_egress(state, record):
+        timer.mark("egress")
     try:
         await copy_policy_to_sandbox(state, record)
     except ApiError as exc:
@@ -777,8 +796,7 @@ async def _create_sandbox(request: Request, state: GatewayState) -> Response:
         timer.elapsed() * 1000,
         timer.summary(),
     )
-    body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
-    return JSONResponse(body_out, status_code=201, headers={SERVER_TIMING: timer.header()})
+    return record
 
 
 async def _deduplicated(

@@ -15,6 +15,7 @@ from kube_agent_sandbox.gateway.controlplane.query import get_metrics, get_sandb
 from kube_agent_sandbox.gateway.controlplane.snapshots import (
     create_snapshot,
     delete_snapshot,
+    fork,
     list_snapshots,
 )
 from kube_agent_sandbox.gateway.state import GatewayState
@@ -53,6 +54,7 @@ def control_plane_routes(state: GatewayState) -> list[Route]:
         Route(f"/sandboxes/{sid}/pause", bind(pause), methods=["POST"]),
         Route(f"/sandboxes/{sid}/metrics", bind(get_metrics), methods=["GET"]),
         Route(f"/sandboxes/{sid}/snapshots", bind(create_snapshot), methods=["POST"]),
+        Route(f"/sandboxes/{sid}/fork", bind(fork), methods=["POST"]),
         Route("/snapshots", bind(list_snapshots), methods=["GET"]),
         Route("/templates/{template_id}", bind(delete_snapshot), methods=["DELETE"]),
     ]
