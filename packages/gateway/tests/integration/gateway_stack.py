@@ -50,14 +50,21 @@ def _cluster_role(name: str, rules: Sequence[rbac.PolicyRule]) -> dict[str, Any]
 
 
 def start_controllers(
-    runner: ControllerRunner, *, rootpath: Path, namespace: str, name: str = "controllers"
+    runner: ControllerRunner,
+    *,
+    rootpath: Path,
+    namespace: str,
+    name: str = "controllers",
+    options: ControllerOptions | None = None,
+    extensions: Sequence[str] = EXTENSIONS,
 ) -> RunningController:
     """The Sandbox and extension controllers, scoped to ``namespace``, as their own identity
-    (``name``: the runner's process name, unique per runner)."""
+    (``name``: the runner's process name, unique per runner; ``extensions``: which extension
+    controllers, run with ``options``)."""
     declared: list[rbac.PolicyRule] = []
-    for name in EXTENSIONS:
+    for ext in extensions:
         declared.extend(
-            importlib.import_module(f"kube_agent_sandbox.extensions.{name}.setup").RBAC_RULES
+            importlib.import_module(f"kube_agent_sandbox.extensions.{ext}.setup").RBAC_RULES
         )
     core = rootpath / "manifests" / "rbac" / "role.generated.yaml"
     identity = runner.identity(
@@ -69,15 +76,15 @@ def start_controllers(
             _cluster_role(EXTENSIONS_ROLE, declared),
         ],
     )
-    options = ControllerOptions(extensions=True)
+    options = options or ControllerOptions(extensions=True)
 
     async def run(kubeconfig: Path) -> None:
         config = load_kubeconfig(str(kubeconfig))
         async with ApiClient(config, qps=options.kube_api_qps, burst=options.kube_api_burst) as api:
             manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
             sandbox_setup(manager, options, namespace=namespace)
-            for name in EXTENSIONS:
-                module = importlib.import_module(f"kube_agent_sandbox.extensions.{name}.setup")
+            for ext in extensions:
+                module = importlib.import_module(f"kube_agent_sandbox.extensions.{ext}.setup")
                 result = module.setup(manager, options, namespace=namespace)
                 if hasattr(result, "__await__"):
                     await result

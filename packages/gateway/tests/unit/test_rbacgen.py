@@ -101,6 +101,8 @@ def test_writes_are_exactly_the_reviewed_ones() -> None:
         "pods/exec": {"create"},
         # a sandbox's E2B outbound rules (owned by its Sandbox: deleted by the garbage collector)
         "networkpolicies": {"create", "patch", "delete"},
+        # E2B's create_snapshot/delete_snapshot and the console's Snapshot action
+        "sandboxsnapshots": {"create", "delete"},
     }
     writes = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind"}
     granted: dict[str, set[str]] = {}

@@ -76,3 +76,7 @@ LABEL_ENV_SECRET: Final = f"{PROJECT_PREFIX}/gateway-env"
 ANNOTATION_ENV_KEPT: Final = f"{PROJECT_PREFIX}/gateway-env-kept"
 """On a claim created with ``envVars``: its ``<id>-env`` Secret must exist (a resume without it
 fails instead of starting the pod with no environment)."""
+
+LABEL_SNAPSHOT_SANDBOX: Final = f"{PROJECT_PREFIX}/e2b-snapshot-of"
+"""On a SandboxSnapshot the gateway took: the E2B sandbox id it was taken of (the
+``sandboxID`` filter of ``list_snapshots``)."""

@@ -31,6 +31,7 @@ from kube_agent_sandbox.gateway.config import (
     DEFAULT_CREATE_TIMEOUT_SECONDS,
     DEFAULT_LISTEN,
     DEFAULT_SANDBOX_TIMEOUT_SECONDS,
+    DEFAULT_SNAPSHOT_TIMEOUT_SECONDS,
     GatewayOptions,
     parse_listen,
     parse_port_map,
@@ -126,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--default-timeout", type=int, default=DEFAULT_SANDBOX_TIMEOUT_SECONDS, metavar="S"
     )
     serve.add_argument("--init-timeout", type=_positive, default=5.0, metavar="S")
+    serve.add_argument(
+        "--snapshot-timeout",
+        type=_positive,
+        default=DEFAULT_SNAPSHOT_TIMEOUT_SECONDS,
+        metavar="S",
+        help="how long create_snapshot waits for the SandboxSnapshot to be Ready",
+    )
     serve.add_argument("--kube-api-qps", type=float, default=50.0)
     serve.add_argument("--kube-api-burst", type=int, default=100)
     serve.add_argument(
@@ -216,6 +224,7 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         create_timeout_seconds=args.create_timeout,
         default_timeout_seconds=args.default_timeout,
         init_timeout_seconds=args.init_timeout,
+        snapshot_timeout_seconds=args.snapshot_timeout,
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
         tls_cert_file=args.tls_cert_file,

@@ -1,8 +1,9 @@
 """What the gateway may do in the cluster, as data (manifests are generated from it).
 
 The gateway reads claims, Sandboxes, Pods, warm pools, templates and its API-key Secrets
-through informers; it creates, patches and deletes only SandboxClaims, creates a zero-replica
-warm pool for a template that has none, patches Sandboxes (resume, pause, policy
+through informers; it creates, patches and deletes SandboxClaims, creates a zero-replica warm
+pool for a template that has none, creates, reads and deletes SandboxSnapshots (E2B's
+snapshots, the console's Snapshot action), patches Sandboxes (resume, pause, policy
 annotations), creates the Secret keeping a sandbox's ``envVars`` (owned by its claim), creates
 the NetworkPolicy enforcing a sandbox's outbound rules (owned by its Sandbox; patched when the
 addresses of its allowOut host names change) and renews heartbeat Leases. The data plane's
@@ -35,6 +36,8 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule(c.EXTENSIONS_GROUP, "sandboxwarmpools", ("get", "list", "watch", "create")),
     rule(c.EXTENSIONS_GROUP, "sandboxtemplates", ("get", "list", "watch")),
     rule(c.GROUP, "sandboxes", ("get", "list", "watch", "patch")),
+    # E2B's snapshot API and the console's Snapshot action: read on demand, not cached
+    rule(c.EXTENSIONS_GROUP, "sandboxsnapshots", ("get", "list", "create", "delete")),
     rule("", "pods", ("get", "list", "watch")),
     # the web console's details of one sandbox: its Pod's last log lines and recent Events
     rule("", "pods/log", ("get",)),

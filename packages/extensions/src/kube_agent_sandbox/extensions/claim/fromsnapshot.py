@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Final
 
+from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, meta, quote
 from kube_agent_sandbox.extensions.claim.errors import ReconcilerError, SnapshotNotReadyError
 
-ANNOTATION_SNAPSHOT: Final = "extensions.agents.x-k8s.io/snapshot"
-ANNOTATION_SNAPSHOT_PULL_SECRET: Final = "extensions.agents.x-k8s.io/snapshot-pull-secret"
+ANNOTATION_SNAPSHOT: Final = c.ANNOTATION_SNAPSHOT
+ANNOTATION_SNAPSHOT_PULL_SECRET: Final = c.ANNOTATION_SNAPSHOT_PULL_SECRET
 
 
 def snapshot_of(claim: Obj) -> str:
