@@ -84,8 +84,9 @@ async def test_e2b_sdk_snapshot_verbs(
             )
         )
         key, other_key = tenants.generate_key(), tenants.generate_key()
-        cluster.apply(tenants.key_secret(namespace, key))
-        cluster.apply(tenants.key_secret(other_namespace, other_key))
+        # both keys live in the gateway's namespace (here the first tenant's)
+        cluster.apply(tenants.key_secret(namespace, key, gateway_namespace=namespace))
+        cluster.apply(tenants.key_secret(other_namespace, other_key, gateway_namespace=namespace))
         async with NamespaceApi.connect(cluster.kubeconfig, namespace) as env:
 
             async def keys_seen() -> bool:
