@@ -20,7 +20,13 @@ from snapshot_support import (
 )
 
 from kube_agent_sandbox.api import keepstate as k
-from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_SNAPSHOTS,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
 from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import Obj
 from kube_agent_sandbox.extensions.snapshot import status as s
@@ -242,19 +248,25 @@ async def test_resumed_while_committing_keeps_the_same_pod_and_reports_no_save(
 
 
 async def test_two_suspends_in_a_row_make_one_snapshot(
-    env: SnapshotEnv, controller: RegistrySettings
+    cluster: Any, env: SnapshotEnv, controller: RegistrySettings, namespace: str, tmp_path: Path
 ) -> None:
-    await _suspended_while_committing(env, OPT_IN)
+    committing = await _suspended_while_committing(env, OPT_IN)
     await _set_mode(env, "Suspended")  # again: nothing changes, no second snapshot
     await env.patch(SANDBOXES, "box", {"metadata": {"labels": {"poke": "1"}}})
-    await _condition(env, "Suspended", k.REASON_SAVING_STATE)
+    async with running_agent(
+        cluster, namespace, committing["status"]["node"], controller, FolderCommitter(tmp_path)
+    ):
+        await env.until_phase(SNAP, s.READY)
+        await env.until_gone(PODS, "box")
+    # The keeper wrote Saved after both suspends reached it: one snapshot, the first one.
     snapshots = await env.list(SANDBOX_SNAPSHOTS)
     assert [x["metadata"]["name"] for x in snapshots] == [SNAP]
+    assert snapshots[0]["metadata"]["uid"] == committing["metadata"]["uid"]
     progress = k.SuspendProgress.parse(
         _annotation(await env.get(SANDBOXES, "box"), k.ANNOTATION_SUSPEND_SNAPSHOT)
     )
     assert progress is not None
-    assert (progress.snapshot, progress.phase) == (SNAP, k.PHASE_SAVING)
+    assert (progress.snapshot, progress.phase) == (SNAP, k.PHASE_SAVED)
 
 
 async def test_the_sandbox_deleted_mid_snapshot_leaves_a_failed_snapshot(
@@ -291,3 +303,56 @@ async def test_without_the_keeper_the_opt_in_is_ignored_and_the_pod_goes(
     await env.until_gone(PODS, "box")
     assert await env.list(SANDBOX_SNAPSHOTS) == []
     assert json.dumps(await env.get(SANDBOXES, "box")).count(k.ANNOTATION_SUSPEND_SNAPSHOT) == 0
+
+
+async def test_a_templates_opt_in_reaches_the_adopted_warm_sandbox_whose_suspend_keeps_the_pod(
+    env: SnapshotEnv,
+    namespace: str,
+    controller_runner: ControllerRunner,
+    request: pytest.FixtureRequest,
+    registry_settings: RegistrySettings,
+    agent_sandbox_crds: list[str],
+) -> None:
+    names = ("warmpool", "claim", "snapshot")
+    start_snapshot_controller(controller_runner, request, namespace, registry_settings, names=names)
+    pod_template = {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+    await env.create(
+        SANDBOX_TEMPLATES,
+        {"metadata": {"name": "tpl", "annotations": OPT_IN}, "spec": {"podTemplate": pod_template}},
+    )
+    pool_spec = {"replicas": 1, "sandboxTemplateRef": {"name": "tpl"}}
+    await env.create(SANDBOX_WARM_POOLS, {"metadata": {"name": "pool"}, "spec": pool_spec})
+
+    async def warm_member_ready() -> bool:
+        obj = await env.get(SANDBOX_WARM_POOLS, "pool")
+        return ((obj or {}).get("status") or {}).get("readyReplicas") == 1
+
+    await env.until(warm_member_ready, "a ready warm Sandbox")
+    await env.create(
+        SANDBOX_CLAIMS, {"metadata": {"name": "claim"}, "spec": {"warmPoolRef": {"name": "pool"}}}
+    )
+
+    async def adopted() -> Obj | None:
+        claim = await env.get(SANDBOX_CLAIMS, "claim")
+        name = ((claim or {}).get("status") or {}).get("sandbox", {}).get("name")
+        sandbox = await env.get(SANDBOXES, name) if name else None
+        return sandbox if _annotation(sandbox, k.ANNOTATION_SNAPSHOT_ON_SUSPEND) else None
+
+    sandbox = await env.until(adopted, "the adopted Sandbox carrying the template's opt-in")
+    name = sandbox["metadata"]["name"]
+    assert name.startswith("pool-")  # warm, not cold
+    pod = await env.get(PODS, name)
+    assert pod is not None
+    await env.report_container(pod)
+    await env.patch(SANDBOXES, name, {"spec": {"operatingMode": "Suspended"}})
+
+    async def committing() -> Obj | None:
+        for snap in await env.list(SANDBOX_SNAPSHOTS):
+            if snap["spec"]["sandboxName"] == name and s.phase_of(snap) == s.COMMITTING:
+                return dict(snap)
+        return None
+
+    await env.until(committing, f"a Committing snapshot of {name}")
+    kept = await env.get(PODS, name)
+    assert kept is not None
+    assert not kept["metadata"].get("deletionTimestamp")
