@@ -7,8 +7,9 @@ differs from a node's: kwok runs no containers, so it pushes a layer made from a
 extensions' ``FolderCommitter``). Covered: ``create_snapshot`` (Ready, pushed), the memory mode
 refused with what is missing, the web console's Snapshot action, ``list_snapshots``,
 ``Sandbox.create(<snapshot id>)`` (a cold Sandbox running the snapshot's image),
-``fork``, ``delete_snapshot`` (the image leaves the registry), and another tenant that sees
-and uses none of it.
+``fork``, ``delete_snapshot`` (the image leaves the registry), another tenant that sees
+and uses none of it, and ``pause`` keeping the files (the state keeper's snapshot; the resumed
+Pod runs its image).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +26,9 @@ from e2b.exceptions import SandboxException
 from gateway_stack import EXTENSIONS, start_controllers, start_gateway
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.gateway import tenants
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
@@ -172,6 +176,30 @@ async def test_e2b_sdk_snapshot_verbs(
             await env.until_gone(SANDBOX_SNAPSHOTS, "saved")
             assert await manifest_status(settings, image) == 404
             assert await AsyncSandbox.list_snapshots(api_key=key).next_items() == []
-            await sbx.kill()
+
+            # -- pause keeps the files: the state keeper saves the Pod, connect resumes it
+            # from the saved image (--pause-keeps-filesystem, on by default) ---------------
+            await sbx.pause()
+
+            async def saved_state() -> keepstate.ResumeFrom | None:
+                box = await env.get(SANDBOXES, sandbox_name)
+                annotations = (box or {}).get("metadata", {}).get("annotations") or {}
+                return keepstate.ResumeFrom.parse(annotations.get(keepstate.ANNOTATION_RESUME_FROM))
+
+            kept = await env.until(saved_state, "the pause's filesystem snapshot to be saved")
+            suspend_snapshot = await env.get(SANDBOX_SNAPSHOTS, kept.snapshot)
+            assert suspend_snapshot is not None
+            assert suspend_snapshot["status"]["phase"] == "Ready"
+            assert kept.image == suspend_snapshot["status"]["image"]
+            await env.until_gone(PODS, sandbox_name)
+            resumed = await AsyncSandbox.connect(sbx.sandbox_id, api_key=key)
+
+            async def resumed_pod() -> dict[str, Any] | None:
+                return await env.get(PODS, sandbox_name)
+
+            pod = await env.until(resumed_pod, "the resumed Pod")
+            assert pod["spec"]["containers"][0]["image"] == kept.image
+            await resumed.kill()
+            assert await AsyncSandbox.delete_snapshot(kept.snapshot, api_key=key) is True
     finally:
         stack.stop()

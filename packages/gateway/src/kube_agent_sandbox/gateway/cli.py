@@ -134,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="how long create_snapshot waits for the SandboxSnapshot to be Ready",
     )
+    serve.add_argument(
+        "--pause-keeps-filesystem",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pause (and auto-pause) keeps the sandbox's files, where the controller runs the "
+        "snapshot state keeper (default: on)",
+    )
     serve.add_argument("--kube-api-qps", type=float, default=50.0)
     serve.add_argument("--kube-api-burst", type=int, default=100)
     serve.add_argument(
@@ -225,6 +232,7 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         default_timeout_seconds=args.default_timeout,
         init_timeout_seconds=args.init_timeout,
         snapshot_timeout_seconds=args.snapshot_timeout,
+        pause_keeps_filesystem=args.pause_keeps_filesystem,
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
         tls_cert_file=args.tls_cert_file,

@@ -54,6 +54,9 @@ class GatewayOptions:
             to be Ready (the commit and push included).
         snapshot_ack_seconds: how long ``create_snapshot`` waits for a snapshot controller to
             give the new SandboxSnapshot a phase before it says the cluster has none.
+        pause_keeps_filesystem: claims carry ``snapshot-on-suspend: Filesystem`` so that
+            every suspend (pause, auto-pause, the console's) keeps what the sandbox wrote,
+            where the controller runs the state keeper (ignored where it does not).
     """
 
     listen: str = DEFAULT_LISTEN
@@ -77,6 +80,7 @@ class GatewayOptions:
     enable_tracing: bool = False
     snapshot_timeout_seconds: float = DEFAULT_SNAPSHOT_TIMEOUT_SECONDS
     snapshot_ack_seconds: float = DEFAULT_SNAPSHOT_ACK_SECONDS
+    pause_keeps_filesystem: bool = True
 
     def __post_init__(self) -> None:
         if self.create_timeout_seconds <= 0:

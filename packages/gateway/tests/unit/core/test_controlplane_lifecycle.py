@@ -14,6 +14,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOXES,
@@ -76,6 +77,33 @@ async def test_set_timeout_overwrites_and_connect_only_extends(gateway: Gateway)
         assert response.status_code == 400, bad
 
 
+async def test_claims_ask_their_suspends_to_keep_the_files(gateway: Gateway) -> None:
+    sid = await _create(gateway)
+    annotations = claim_of(gateway.api, sid)["metadata"]["annotations"]
+    assert annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] == keepstate.MODE_FILESYSTEM
+
+
+async def test_pause_of_memory_is_refused_and_changes_nothing(gateway: Gateway) -> None:
+    sid = await _create(gateway)
+    response = await gateway.client.post(
+        f"/sandboxes/{sid}/pause", json={"memory": True}, headers=gateway.headers()
+    )
+    assert response.status_code == 400
+    assert "memory snapshots are not available" in response.json()["message"]
+    sandbox = gateway.api.obj(SANDBOXES, f"pool-{sid[:8]}", TENANT)
+    assert sandbox is not None
+    assert sandbox["spec"].get("operatingMode") != "Suspended"
+    bad = await gateway.client.post(
+        f"/sandboxes/{sid}/pause", content=b"[1]", headers=gateway.headers()
+    )
+    assert bad.status_code == 400
+    # E2B's filesystem mode is what this gateway keeps
+    ok = await gateway.client.post(
+        f"/sandboxes/{sid}/pause", json={"memory": False}, headers=gateway.headers()
+    )
+    assert ok.status_code == 204
+
+
 async def test_pause_then_connect_resumes(gateway: Gateway) -> None:
     sid = await _create(gateway)
     sandbox_name = f"pool-{sid[:8]}"
@@ -84,6 +112,10 @@ async def test_pause_then_connect_resumes(gateway: Gateway) -> None:
     sandbox = gateway.api.obj(SANDBOXES, sandbox_name, TENANT)
     assert sandbox is not None
     assert sandbox["spec"]["operatingMode"] == "Suspended"
+    # the pause keeps the files (where the controller runs the state keeper)
+    assert sandbox["metadata"]["annotations"][keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] == (
+        keepstate.MODE_FILESYSTEM
+    )
     assert "lifecycle" not in claim_of(gateway.api, sid)["spec"]  # paused: no expiry
     # the fake "controller" suspends: Suspended=True, pod gone
     from kube_agent_sandbox.api.rest import PODS

@@ -47,6 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -335,9 +336,11 @@ def claim_manifest(
     request_fingerprint: str | None = None,
     trace_context: str = "",
     snapshot: str | None = None,
+    keep_filesystem: bool = False,
 ) -> Obj:
     """The SandboxClaim of a create (``trace_context``: the W3C context the controllers
-    continue, with tracing on; ``snapshot``: the SandboxSnapshot its Sandbox starts from)."""
+    continue, with tracing on; ``snapshot``: the SandboxSnapshot its Sandbox starts from;
+    ``keep_filesystem``: its suspends keep the files, passed to its Sandbox)."""
     annotations = {
         ANNOTATION_TEMPLATE: spec.template_id,
         ANNOTATION_TIMEOUT: str(spec.timeout),
@@ -359,6 +362,8 @@ def claim_manifest(
         annotations[c.ANNOTATION_TRACE_CONTEXT] = trace_context
     if snapshot:
         annotations[c.ANNOTATION_SNAPSHOT] = snapshot
+    if keep_filesystem:
+        annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] = keepstate.MODE_FILESYSTEM
     claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
     if not spec.auto_pause:
         claim_spec["lifecycle"] = {
@@ -566,6 +571,7 @@ async def _start(
                 now=now,
                 trace_context=state.tracer.trace_context(),
                 snapshot=source.snapshot,
+                keep_filesystem=state.options.pause_keeps_filesystem,
             )
             try:
                 created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
@@ -617,6 +623,7 @@ async def _start_idempotent(
                 request_fingerprint=idem.fingerprint,
                 trace_context=state.tracer.trace_context(),
                 snapshot=source.snapshot,
+                keep_filesystem=state.options.pause_keeps_filesystem,
             )
             try:
                 created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)

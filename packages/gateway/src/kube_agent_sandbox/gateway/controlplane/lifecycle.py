@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
 from kube_agent_sandbox.gateway.controlplane.auth import tenant_record
@@ -173,10 +174,26 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
 
 
 async def pause(request: Request, state: GatewayState) -> Response:
-    """``POST /sandboxes/{id}/pause``: suspend; 409 when already paused."""
+    """``POST /sandboxes/{id}/pause`` ``{memory?}``: suspend, keeping the files where the
+    cluster can (``--pause-keeps-filesystem``); 400 for ``memory: true`` (E2B's "full"
+    mode: memory snapshots are not implemented); 409 when already paused."""
     record, error = tenant_record(request, state)
     if record is None:
         return error or sandbox_not_found("")
+    try:
+        body = await read_json_object(request, required=False)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
+    except BadRequest as exc:
+        return bad_request(str(exc))
+    if body.get("memory") is True:
+        return e2b_error(
+            400,
+            "memory snapshots are not available: this gateway keeps a paused sandbox's files,"
+            " not its memory or processes (they need CRIU and the kubelet's ContainerCheckpoint"
+            " API); pause with mode='filesystem'",
+            should_retry=False,
+        )
     if record.suspended:
         return e2b_error(409, f"sandbox {record.sandbox_id} is already paused")
     if record.sandbox is None:
@@ -194,13 +211,17 @@ async def suspend_sandbox(state: GatewayState, record: SandboxRecord, sandbox: O
     Raises:
         ApiError: a write failed.
     """
+    annotations: dict[str, str | None] = {c.ANNOTATION_PAUSE_AT: None}
+    if state.options.pause_keeps_filesystem:
+        # in the suspend's own write: sandboxes created before the option get it too
+        annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] = keepstate.MODE_FILESYSTEM
     await state.api.patch(
         SANDBOXES,
         record.namespace,
         sandbox["metadata"]["name"],
         {
             "spec": {"operatingMode": c.OPERATING_MODE_SUSPENDED},
-            "metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}},
+            "metadata": {"annotations": annotations},
         },
     )
     # paused sandboxes do not time out; connect sets a fresh deadline
