@@ -8,10 +8,13 @@ here runs until an R context is created, so a server without R never looks for i
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from kube_agent_sandbox.sandboxd.interpreter.worker import PythonWorker, RuntimeMissingError
+from kube_agent_sandbox.sandboxd.interpreter.worker import (
+    PythonWorker,
+    RuntimeMissingError,
+    installed,
+)
 
 DRIVER = Path(__file__).with_name("driver.R")
 SYNC_START = b"\x1e\x1fE2B-SYNC-"
@@ -33,21 +36,15 @@ class RWorker(PythonWorker):
     runtime = "R"
     markers = (SYNC_START, SYNC_END)
 
-    async def start(self) -> None:
-        """Checks that R exists, then starts the worker.
-
-        Raises:
-            RMissingError: No ``Rscript`` executable was found.
-            WorkerError: The process could not start or died before it was ready.
-            TimeoutError: The driver did not report ready in time.
-        """
-        if shutil.which(self.settings.rscript) is None:
-            raise RMissingError(
-                f"R contexts need R, and {self.settings.rscript!r} was not found in the sandbox "
-                "(install R in the image, e.g. the Debian package r-base-core, or pass "
-                "--rscript to sandboxd-interpreter)"
-            )
-        await super().start()
+    def missing_runtime(self) -> RMissingError | None:
+        """The error of a sandbox without ``Rscript``; None when R is installed."""
+        if installed(self.settings.rscript):
+            return None
+        return RMissingError(
+            f"R contexts need R, and {self.settings.rscript!r} was not found in the sandbox "
+            "(install R in the image, e.g. the Debian package r-base-core, or pass "
+            "--rscript to sandboxd-interpreter)"
+        )
 
     def argv(self, event_fd: int, token: str) -> list[str]:
         """Returns ``Rscript --no-save --no-restore driver.R EVENT_FD TOKEN``.

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -51,6 +52,11 @@ class WorkerError(Exception):
 
 class RuntimeMissingError(WorkerError):
     """The sandbox lacks the runtime a language needs (e.g. Node.js for JavaScript)."""
+
+
+def installed(executable: str) -> bool:
+    """Whether ``executable`` (a name on PATH or a path) can be run."""
+    return shutil.which(executable) is not None
 
 
 @dataclass(frozen=True)
@@ -264,13 +270,25 @@ class PythonWorker:
         """The worker's process id, or None before start."""
         return self._process.proc.pid if self._process else None
 
+    def missing_runtime(self) -> RuntimeMissingError | None:
+        """The error to raise when the language's executable is not installed; None when it is.
+
+        The Python driver runs on sandboxd's own interpreter, which is always there; other
+        languages override this (their runtime is optional in an image).
+        """
+        return None
+
     async def start(self) -> None:
         """Starts the worker process and waits until the driver is ready.
 
         Raises:
+            RuntimeMissingError: The language's executable is not installed.
             WorkerError: The process could not start or died before it was ready.
             TimeoutError: The driver did not report ready in time.
         """
+        missing = self.missing_runtime()
+        if missing is not None:
+            raise missing
         self._process, _ = await _spawn(self.settings, self.cwd, self.argv, self.markers)
         self.execution_count = 0
 
