@@ -70,4 +70,5 @@ def test_a_pod_without_a_log_rule_gets_kwoks_refusal(
     with pytest.raises(ApiException) as refused:
         api.read_namespaced_pod_log("silent", namespace)
     # kwok answered (the API server reached it), and it has no file for this pod
+    assert refused.value.status == 400
     assert "no logs found" in str(refused.value.body), refused.value.body
