@@ -112,6 +112,13 @@ class GatewayMetrics:
             " with; 0 without TLS.",
             registry=reg,
         )
+        self.memory_pauses_total = Counter(
+            "agent_sandbox_gateway_memory_pauses",
+            "Pauses that asked to keep memory (`memory: true`, the default of E2B's JavaScript"
+            " SDK before 2.46): the gateway kept the files only, as memory snapshots are not"
+            " available.",
+            registry=reg,
+        )
         self.unknown_api_keys_total = Counter(
             "agent_sandbox_gateway_unknown_api_keys",
             "Well-formed API keys presented that no key Secret of the gateway's namespace"

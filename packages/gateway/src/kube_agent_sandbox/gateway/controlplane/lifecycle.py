@@ -173,10 +173,20 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
     return Response(status_code=204)
 
 
+KEPT_HEADER = "X-Agent-Sandbox-Kept"
+"""What a pause keeps: :data:`KEPT_FILES` or :data:`KEPT_VOLUMES` (never memory yet)."""
+KEPT_FILES = "filesystem"
+KEPT_VOLUMES = "volumes"
+
+
 async def pause(request: Request, state: GatewayState) -> Response:
     """``POST /sandboxes/{id}/pause`` ``{memory?}``: suspend, keeping the files where the
-    cluster can (``--pause-keeps-filesystem``); 400 for ``memory: true`` (E2B's "full"
-    mode: memory snapshots are not implemented); 409 when already paused."""
+    cluster can (``--pause-keeps-filesystem``); 409 when already paused.
+
+    ``memory: true`` is what E2B's JavaScript SDK sent on every ``pause()`` before 2.46, so
+    refusing it would break the default call: the files are kept, the answer names what was
+    kept (header ``X-Agent-Sandbox-Kept``), and a warning and a metric record the dropped memory.
+    """
     record, error = tenant_record(request, state)
     if record is None:
         return error or sandbox_not_found("")
@@ -186,14 +196,9 @@ async def pause(request: Request, state: GatewayState) -> Response:
         return e2b_error(413, str(exc), should_retry=False)
     except BadRequest as exc:
         return bad_request(str(exc))
-    if body.get("memory") is True:
-        return e2b_error(
-            400,
-            "memory snapshots are not available: this gateway keeps a paused sandbox's files,"
-            " not its memory or processes (they need CRIU and the kubelet's ContainerCheckpoint"
-            " API); pause with mode='filesystem'",
-            should_retry=False,
-        )
+    memory = body.get("memory")
+    if memory is not None and not isinstance(memory, bool):
+        return bad_request("memory must be a boolean")
     if record.suspended:
         return e2b_error(409, f"sandbox {record.sandbox_id} is already paused")
     if record.sandbox is None:
@@ -202,7 +207,16 @@ async def pause(request: Request, state: GatewayState) -> Response:
         await suspend_sandbox(state, record, record.sandbox)
     except ApiError as exc:
         return cluster_error(exc, record.sandbox_id)
-    return Response(status_code=204)
+    kept = KEPT_FILES if state.options.pause_keeps_filesystem else KEPT_VOLUMES
+    if memory:
+        state.metrics.memory_pauses_total.inc()
+        logger.warning(
+            "sandbox %s: pause asked to keep memory; memory snapshots are not available"
+            " (CRIU and the kubelet's ContainerCheckpoint API), so %s kept",
+            record.sandbox_id,
+            "its files are" if kept == KEPT_FILES else "only its volumes are",
+        )
+    return Response(status_code=204, headers={KEPT_HEADER: kept})
 
 
 async def suspend_sandbox(state: GatewayState, record: SandboxRecord, sandbox: Obj) -> None:
