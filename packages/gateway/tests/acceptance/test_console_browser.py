@@ -5,8 +5,10 @@ Playwright drives ``/usr/bin/chromium`` (never a downloaded browser) at the sess
 * the key prompt refuses a malformed key and a key the gateway does not know;
 * a sandbox created through the E2B API appears in the list without a reload (the long poll);
 * with the keyboard only, a user filters the list, opens the sandbox, reads its Events and
-  log note, suspends it, resumes it, asks for a snapshot (this stack has no snapshot
-  controller: the page says what to run) and deletes it; the cluster's objects follow each step;
+  the last lines of its Pod's log (served by kwok from a file, through the API server's
+  ``pods/log``; the page says why there are none once it is suspended), suspends it,
+  resumes it, asks for a snapshot (this stack has no snapshot controller: the page says what
+  to run) and deletes it; the cluster's objects follow each step;
 * the other tenant's key shows none of it, and its API calls get 404 and change nothing;
 * 1,000 Sandbox objects in a third tenant's namespace all render; the time to render them and
   to filter them is printed (``CONSOLE_RESULTS=<file>`` keeps it as JSON), never asserted.
@@ -34,6 +36,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.gateway import create_key, kwok_template_spec
 from kube_agent_sandbox.testing.plugin import namespace_name, unavailable
+from kube_agent_sandbox.testing.podlogs import serve_pod_log
 
 CHROMIUM = Path("/usr/bin/chromium")
 # The machine's network is closed: without these Chromium waits on connections it never gets.
@@ -49,6 +52,8 @@ CHROMIUM_ARGS = [
 ]
 MANY = 1000
 TIMEOUT_MS = 60_000
+#: What the sandbox's Pod logs (kwok serves it); markup must show as text, never as HTML.
+POD_LOG = [f"step {i}: working" for i in range(1, 60)] + ["<b>done</b> & exit 0"]
 
 
 def _shot(page: Page, name: str) -> None:
@@ -153,9 +158,22 @@ def test_key_prompt_refuses_bad_and_unknown_keys(
     page.close()
 
 
+def _serve_log_of(stack: Any, cluster: ClusterAccess, sandbox_id: str, path: Path) -> None:
+    """Make kwok serve :data:`POD_LOG` for the sandbox's Pod; return once the gateway sees it."""
+    api = f"{stack.url}/console/api/sandboxes/{sandbox_id}"
+    pod = httpx.get(api, headers=_key(stack)).json()["sandbox"]["pod"]
+    assert pod, "the running sandbox has a Pod"
+    serve_pod_log(cluster, stack.namespace, pod, POD_LOG, path)
+    deadline = time.monotonic() + 30
+    while (log := httpx.get(api, headers=_key(stack)).json()["log"])["lines"] != POD_LOG[-50:]:
+        assert time.monotonic() < deadline, f"the gateway never served the log: {log}"
+        time.sleep(0.3)
+
+
 def test_keyboard_user_sees_and_acts_on_their_sandbox(
-    browser: BrowserContext, gateway_stack: Any, cluster: ClusterAccess
+    browser: BrowserContext, gateway_stack: Any, kwok_pod_logs: ClusterAccess, tmp_path: Path
 ) -> None:
+    cluster = kwok_pod_logs
     stack = gateway_stack
     page = browser.new_page()
     _sign_in(page, stack.url, stack.api_key)
@@ -174,6 +192,7 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
     expect(_row(page, paused_id).locator(".state")).to_have_text("Suspended")
     expect(_row(page, paused_id)).to_contain_text("gateway")
     _shot(page, "console-list")
+    _serve_log_of(stack, cluster, sandbox_id, tmp_path / "pod.log")
 
     # keyboard only: the filter has the focus after sign-in
     expect(page.get_by_label("Filter by name, state, template or pool")).to_be_focused()
@@ -187,9 +206,11 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
     expect(page.locator("#details-title")).to_be_focused()
     expect(_row(page, sandbox_id)).to_have_attribute("aria-current", "true")
     expect(page.locator("#d-name")).to_have_text(sandbox_id)
-    # Events of the claim, Sandbox and Pod; kwok nodes serve no logs, and the page says so
+    # Events of the claim, Sandbox and Pod, and the last 50 lines of the Pod's log, as text
     expect(page.locator("#events tbody tr").first).to_be_visible()
-    expect(page.locator("#log-note")).to_contain_text("Logs unavailable")
+    expect(page.locator("#log")).to_have_text("\n".join(POD_LOG[-50:]))
+    expect(page.locator("#log b")).to_have_count(0)
+    expect(page.locator("#log-note")).to_have_text("")
     expect(page.get_by_role("button", name="Snapshot")).to_be_enabled()
     expect(page.get_by_role("button", name="Resume")).to_be_disabled()
     _shot(page, "console-details")
@@ -202,6 +223,9 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
     assert _bound_sandbox(cluster, stack.namespace, sandbox_id)["spec"]["operatingMode"] == (
         c.OPERATING_MODE_SUSPENDED
     )
+    # no Pod, so no log: the page says why instead
+    expect(page.locator("#log-note")).to_have_text("No pod: the sandbox is not running.")
+    expect(page.locator("#log")).to_be_hidden()
 
     # the focus is back on the heading; Suspend is disabled now, so Tab reaches Resume
     expect(page.locator("#details-title")).to_be_focused()

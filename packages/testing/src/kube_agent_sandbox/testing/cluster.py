@@ -42,6 +42,9 @@ from kube_agent_sandbox.testing.flags import merge_flags
 from kube_agent_sandbox.testing.kubeconfig import write_kubeconfig
 from kube_agent_sandbox.testing.kwok import (
     KWOK_NODE_ANNOTATION,
+    apiserver_kubelet_flags,
+    kwok_log_crd_files,
+    kwok_log_server_flags,
     kwok_node,
     kwok_stage_files,
     kwok_stage_root,
@@ -107,9 +110,14 @@ class LocalCluster(ClusterLifecycle):
             names += ["kube-controller-manager", "kube-scheduler", "kwok"]
         check_binaries(opts.bin_dir, names)
         stage_files: list[Path] = []
+        crd_sources = list(opts.crds)
         if not opts.control_plane_only and opts.nodes > 0:
-            stage_files = kwok_stage_files(opts.kwok_stage_root or kwok_stage_root())
-        crds = [doc for source in opts.crds for doc in load_crds(source)]
+            stage_root = opts.kwok_stage_root or kwok_stage_root()
+            stage_files = kwok_stage_files(stage_root)
+            if opts.pod_logs:
+                # before kwok starts: it watches these for its log rules
+                crd_sources += kwok_log_crd_files(stage_root)
+        crds = [doc for source in crd_sources for doc in load_crds(source)]
 
         if opts.workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="agent-sandbox-cluster-")
@@ -378,6 +386,7 @@ class LocalCluster(ClusterLifecycle):
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
             *self._audit_flags(),
+            *(apiserver_kubelet_flags(p / "ca.crt") if self._serves_pod_logs() else []),
         ]
         process = self.supervisor.start(
             "kube-apiserver",
@@ -401,6 +410,10 @@ class LocalCluster(ClusterLifecycle):
         self._readiness["kube-apiserver"] = self._wait_apiserver_ready
         self._wait_apiserver_ready(process)
         self.timings["kube-apiserver"] = time.monotonic() - begin
+
+    def _serves_pod_logs(self) -> bool:
+        opts = self.options
+        return opts.pod_logs and not opts.control_plane_only and opts.nodes > 0
 
     def _audit_flags(self) -> list[str]:
         """Audit the requests of ``AUDITED_NAMESPACE``'s service accounts at Metadata level."""
@@ -500,6 +513,12 @@ class LocalCluster(ClusterLifecycle):
         assert self.supervisor is not None
         # kwok plays the kubelet of every fake node; it needs wide rights, like a node agent.
         kubeconfig = self._component_kubeconfig("kwok", "kwok", ["system:masters"])
+        p = self._path("pki")
+        log_server = (
+            kwok_log_server_flags(free_port(), p / "localhost.crt", p / "localhost.key")
+            if self._serves_pod_logs()
+            else []
+        )
         self.supervisor.start(
             "kwok",
             [
@@ -511,6 +530,7 @@ class LocalCluster(ClusterLifecycle):
                 "--node-lease-duration-seconds=40",
                 f"--cidr={POD_CIDR}",
                 "--node-ip=127.0.0.1",
+                *log_server,
             ],
         )
 

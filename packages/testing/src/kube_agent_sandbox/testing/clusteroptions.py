@@ -42,6 +42,10 @@ class LocalClusterOptions:
     #: Also run an OCI registry on loopback (TLS or plain HTTP, with or without credentials);
     #: None runs none. The running one is :attr:`LocalCluster.registry`.
     registry: RegistryOptions | None = None
+    #: kwok serves pod logs (``kubectl logs``, ``pods/log``) from files named by kwok's
+    #: ``Logs``/``ClusterLogs`` objects (see :mod:`~kube_agent_sandbox.testing.podlogs`);
+    #: without it every log request fails, as no kwok node serves any.
+    pod_logs: bool = False
 
     def __post_init__(self) -> None:
         """Refuse malformed ``apiserver_args`` before anything starts.

@@ -19,6 +19,9 @@ KWOK_NODE_LABEL = "type"
 KWOK_NODE_LABEL_VALUE = "kwok"
 #: kwok's stock "fast" stage set: nodes initialise at once, keep a lease, pods turn Ready.
 KWOK_STAGE_SET = "fast"
+#: kwok's resources that point a pod's containers at log files on this host (kwok.x-k8s.io):
+#: ``Logs`` for one pod (named after it, in its namespace), ``ClusterLogs`` by selector.
+KWOK_LOG_KINDS = ("Logs", "ClusterLogs")
 
 
 def kwok_stage_files(stage_root: Path, stage_set: str = KWOK_STAGE_SET) -> list[Path]:
@@ -48,6 +51,60 @@ def kwok_stage_files(stage_root: Path, stage_set: str = KWOK_STAGE_SET) -> list[
         return files
 
     return resolve(stage_root / stage_set)
+
+
+def kwok_log_crd_files(stage_root: Path) -> list[Path]:
+    """The CRDs of :data:`KWOK_LOG_KINDS`, read from kwok's module (next to its stages).
+
+    Args:
+        stage_root: ``kustomize/stage`` directory of the kwok module.
+
+    Returns:
+        The two CRD files.
+
+    Raises:
+        PrerequisiteError: If one is missing (kwok module not downloaded).
+    """
+    bases = stage_root.parent / "crd" / "bases"
+    files = [bases / f"kwok.x-k8s.io_{kind.lower()}.yaml" for kind in KWOK_LOG_KINDS]
+    for file in files:
+        if not file.is_file():
+            raise PrerequisiteError(f"kwok CRD not found at {file}: run `nox -s testenv`")
+    return files
+
+
+def kwok_log_server_flags(port: int, cert: Path, key: Path) -> list[str]:
+    """kwok flags that serve pod logs the way a kubelet does, over TLS on loopback.
+
+    ``--node-port`` also makes kwok's node stage advertise the port
+    (``status.daemonEndpoints.kubeletEndpoint.Port``), which the API server dials for
+    ``pods/log``; the rules come from the cluster's ``Logs``/``ClusterLogs`` objects.
+
+    Args:
+        port: Free loopback port.
+        cert: Serving certificate valid for 127.0.0.1.
+        key: Its private key.
+    """
+    return [
+        f"--node-port={port}",
+        f"--server-address=127.0.0.1:{port}",
+        f"--tls-cert-file={cert}",
+        f"--tls-private-key-file={key}",
+        f"--enable-crds={','.join(KWOK_LOG_KINDS)}",
+    ]
+
+
+def apiserver_kubelet_flags(ca: Path) -> list[str]:
+    """kube-apiserver flags to reach kwok's log server: by the node's InternalIP (kwok's
+    ``--node-ip``, 127.0.0.1; the Hostname is no DNS name), verifying kwok's certificate.
+
+    Args:
+        ca: The CA that signed kwok's serving certificate.
+    """
+    return [
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-certificate-authority={ca}",
+    ]
 
 
 def kwok_node(name: str) -> dict[str, Any]:

@@ -11,6 +11,10 @@ Registered as the ``agent_sandbox`` pytest11 entry point. Fixtures:
 - ``oci_registry`` (session): the local cluster's OCI registry
   (:class:`~kube_agent_sandbox.testing.registry.RunningRegistry`), when ``--cluster-registry``
   (or ``AGENT_SANDBOX_CLUSTER_REGISTRY``) is ``tls`` or ``http``.
+- the local cluster's kwok serves pod logs (``testing.podlogs``) unless ``--cluster-pod-logs=off``
+  (or ``AGENT_SANDBOX_CLUSTER_POD_LOGS=off``): two small CRDs and a loopback port, ~0.2 s once
+  per session. ``kwok_pod_logs`` (session) gives the cluster's access then, and is unavailable
+  otherwise.
 - ``namespace``: a fresh namespace per test (with its default ServiceAccount), deleted after.
 - ``controller_runner``: a :class:`~kube_agent_sandbox.testing.controller_runner.ControllerRunner`
   whose controllers and identities are cleaned up after the test.
@@ -47,6 +51,7 @@ from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 
 CRDS_ENV = "AGENT_SANDBOX_CRDS"
 REGISTRY_ENV = "AGENT_SANDBOX_CLUSTER_REGISTRY"
+POD_LOGS_ENV = "AGENT_SANDBOX_CLUSTER_POD_LOGS"
 #: ``--cluster-registry`` values: TLS with credentials, plain HTTP with credentials, or none.
 REGISTRY_MODES: dict[str, RegistryOptions | None] = {
     "none": None,
@@ -97,6 +102,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=f"local provider: also run an OCI registry (default: ${REGISTRY_ENV} or 'none')",
     )
+    group.addoption(
+        "--cluster-pod-logs",
+        choices=("on", "off"),
+        default=None,
+        help=f"local provider: kwok serves pod logs (default: ${POD_LOGS_ENV} or 'on')",
+    )
     group.addoption("--cluster-kubeconfig", type=Path, default=None, help="for 'existing'")
     group.addoption("--cluster-kind-name", default="agent-sandbox", help="kind cluster name")
     group.addoption("--cluster-kind-bin", type=Path, default=None, help="local kind binary")
@@ -135,6 +146,11 @@ def provider_options(config: pytest.Config) -> tuple[str, ProviderOptions]:
     provider = (
         config.getoption("cluster_provider") or os.environ.get(PROVIDER_ENV) or "local"
     ).strip()
+    pod_logs = (
+        config.getoption("cluster_pod_logs") or os.environ.get(POD_LOGS_ENV) or "on"
+    ).strip()
+    if pod_logs not in ("on", "off"):
+        raise pytest.UsageError(f"{POD_LOGS_ENV} must be 'on' or 'off', not {pod_logs!r}")
     options = ProviderOptions(
         crds=_crd_sources(config),
         nodes=config.getoption("cluster_nodes"),
@@ -151,6 +167,7 @@ def provider_options(config: pytest.Config) -> tuple[str, ProviderOptions]:
         registry=REGISTRY_MODES[
             (config.getoption("cluster_registry") or os.environ.get(REGISTRY_ENV) or "none").strip()
         ],
+        pod_logs=pod_logs == "on",
     )
     return provider, options
 
@@ -193,6 +210,14 @@ def oci_registry(local_cluster: LocalCluster) -> RunningRegistry:
             f"or set ${REGISTRY_ENV}"
         )
     return local_cluster.registry
+
+
+@pytest.fixture(scope="session")
+def kwok_pod_logs(local_cluster: LocalCluster) -> ClusterAccess:
+    """The local cluster, once its kwok serves pod logs (``testing.podlogs``)."""
+    if not local_cluster.options.pod_logs or local_cluster.access is None:
+        unavailable(f"kwok serves no pod logs: pass --cluster-pod-logs=on or set {POD_LOGS_ENV}=on")
+    return local_cluster.access
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,8 @@ class ProviderOptions:
     kubeconfig: Path | None = None
     #: local: also run an OCI registry on loopback (None: none).
     registry: RegistryOptions | None = None
+    #: local: kwok serves pod logs from files (see ``testing.podlogs``).
+    pod_logs: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -107,6 +109,7 @@ def _start_local(options: ProviderOptions) -> ProvidedCluster:
             workdir=options.workdir,
             keep_workdir=options.workdir is not None,
             registry=options.registry,
+            pod_logs=options.pod_logs,
         )
     )
     access = local.start()
