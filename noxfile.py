@@ -357,6 +357,16 @@ def build(session: nox.Session) -> None:
                     "assert u.find_spec('kube_agent_sandbox.api') is None",
                     external=True,
                 )  # fmt: skip
+                # the language drivers are data files next to the code: they must ship too
+                session.run(
+                    python, "-c",
+                    "import pathlib, kube_agent_sandbox.sandboxd.interpreter as i; "
+                    "d = pathlib.Path(i.__file__).parent; "
+                    "missing = [f for f in ('driver.py', 'driver.js', 'driver.R') "
+                    "if not (d / f).is_file()]; "
+                    "assert not missing, f'not in the wheel: {missing}'",
+                    external=True,
+                )  # fmt: skip
             if package == "conformance":
                 session.run(
                     str(venv / "bin" / "agent-sandbox-conformance"), "--help", external=True

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import e2b
+import e2b.exceptions
 import pytest
 import yaml
 
@@ -100,7 +101,7 @@ def base_template(cluster: ClusterAccess, namespace: str, real_node_environment:
         timeout=240,
         what="a Ready warm member running sandboxd",
     )
-    return create_key(cluster.kubeconfig, namespace)
+    return create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
 
 
 @pytest.fixture
@@ -235,14 +236,24 @@ def deployed_gateway(cluster: ClusterAccess, real_node_environment: Any) -> Iter
 
 
 def test_the_deployed_component_serves_e2b_clients(
-    deployed_gateway: str, base_template: str, record_property: Record
+    deployed_gateway: str,
+    base_template: str,
+    cluster: ClusterAccess,
+    namespace: str,
+    record_property: Record,
 ) -> None:
     """Non-root, read-only root filesystem, generated RBAC, reached through its Service."""
-    config = {
-        "api_url": deployed_gateway,
-        "sandbox_url": deployed_gateway,
-        "api_key": base_template,
-    }
+    # the deployed gateway reads keys from its own namespace (agent-sandbox-system)
+    key = create_key(cluster.kubeconfig, namespace, gateway_namespace="agent-sandbox-system")
+    config = {"api_url": deployed_gateway, "sandbox_url": deployed_gateway, "api_key": key}
+    deadline = time.monotonic() + 60
+    while True:  # until the gateway's key informer has seen the new key
+        try:
+            e2b.Sandbox.list(**config).next_items()
+            break
+        except e2b.exceptions.AuthenticationException:
+            assert time.monotonic() < deadline, "the deployed gateway never accepted the key"
+            time.sleep(0.5)
     started = time.monotonic()
     sandbox = e2b.Sandbox.create(template="base", timeout=60, **config)
     record_property("deployed_gateway_create_warm_seconds", round(time.monotonic() - started, 3))

@@ -68,7 +68,7 @@ def gateway(
     _process, url = start_gateway(
         controller_runner, namespace=namespace, workdir=tmp_path, watch_namespace=namespace
     )
-    key = create_key(cluster.kubeconfig, namespace)
+    key = create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
     wait_warm_pool_ready(cluster, TEMPLATE, namespace=namespace, timeout=240)
     return {"url": url, "key": key}
 

@@ -161,7 +161,7 @@ def test_the_sdk_waits_while_the_gateway_resumes_an_idle_sandbox(
     real_node_environment.node.import_image(image)
     cluster.apply([_template(image.reference)], namespace=namespace)
     _start_idle_reconciler(controller_runner, namespace)
-    key = create_key(cluster.kubeconfig, namespace)
+    key = create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
     gateway, url = start_gateway(
         controller_runner, namespace=namespace, workdir=tmp_path, watch_namespace=namespace
     )

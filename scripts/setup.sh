@@ -13,6 +13,9 @@ APT_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2 debo
 # Chromium (and a font for its screenshots): the web console's browser tests drive Debian's
 # build through Playwright, which never downloads a browser here.
 APT_PACKAGES+=(chromium fonts-dejavu-core)
+# R (base R only; CRAN is out of reach): the code interpreter's R contexts, whose unit tests
+# start a real Rscript and fail under CI=true without it.
+APT_PACKAGES+=(r-base-core)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -29,6 +29,7 @@ REPLACEMENTS = {
     "AsyncObjectCalls": "ObjectCalls",
     "AsyncSandboxCalls": "SandboxCalls",
     "AsyncClaimCalls": "ClaimCalls",
+    "AsyncSnapshotCalls": "SnapshotCalls",
     "AsyncExecCalls": "ExecCalls",
     "AsyncFileCalls": "FileCalls",
     "AsyncSandbox": "Sandbox",

@@ -270,7 +270,12 @@ async def gateway_stack(
                 pod_address_override="127.0.0.1",
                 port_map={ENVD_PORT: envd_port},
             )
-            key = await asyncio.to_thread(create_key, env.access.kubeconfig, NAMESPACE)
+            key = await asyncio.to_thread(
+                create_key,
+                env.access.kubeconfig,
+                NAMESPACE,
+                gateway_namespace=CONTROLLER_NAMESPACE,
+            )
             yield GatewayStack(client=client, gateway=gateway, url=url, key=key)
     finally:
         await asyncio.to_thread(supervisor.stop_all)

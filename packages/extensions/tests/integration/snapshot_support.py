@@ -9,14 +9,29 @@ it, with the same image builder and registry client, to the same real registry.
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pytest
+from extensions_runner import start_extensions_controller
 
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.api.rest import PODS
-from kube_agent_sandbox.controller.runtime import Obj
+from kube_agent_sandbox.controller.config import ControllerOptions
+from kube_agent_sandbox.controller.runtime import (
+    ApiClient,
+    ControllerBuilder,
+    Manager,
+    Obj,
+    load_kubeconfig,
+)
+from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent
 from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
 from kube_agent_sandbox.extensions.snapshot.image import (
     OCI_CONFIG,
@@ -25,7 +40,85 @@ from kube_agent_sandbox.extensions.snapshot.image import (
 )
 from kube_agent_sandbox.extensions.snapshot.layer import write_layer
 from kube_agent_sandbox.extensions.snapshot.registry import RegistryClient, sha256_digest
+from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
+from kube_agent_sandbox.testing.controller_runner import ControllerRunner
 from kube_agent_sandbox.testing.nsapi import NamespaceApi
+from kube_agent_sandbox.testing.registry import RunningRegistry
+
+SECRET = "registry"
+"""The namespace's dockerconfigjson Secret of the registry."""
+
+
+def dockerconfig(registry: RunningRegistry, password: str) -> dict[str, Any]:
+    auth = base64.b64encode(f"{registry.username}:{password}".encode()).decode()
+    config = json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
+    return {
+        "metadata": {"name": SECRET},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(config).decode()},
+    }
+
+
+def auth_file(path: Path, registry: RunningRegistry, password: str) -> str:
+    """Write the registry's credentials as the kubelet mounts a dockerconfigjson Secret."""
+    path.write_bytes(
+        base64.b64decode(dockerconfig(registry, password)["data"][".dockerconfigjson"])
+    )
+    return str(path)
+
+
+def start_snapshot_controller(
+    runner: ControllerRunner,
+    request: pytest.FixtureRequest,
+    namespace: str,
+    settings: RegistrySettings,
+    *,
+    commit_timeout: float = 600.0,
+    names: tuple[str, ...] = ("snapshot",),
+) -> None:
+    options = ControllerOptions(
+        extensions=True,
+        snapshot_registry=settings.url,
+        snapshot_registry_auth_file=settings.auth_file,
+        snapshot_registry_ca=settings.ca_file,
+        snapshot_commit_timeout=commit_timeout,
+    )
+    start_extensions_controller(
+        runner,
+        rootpath=request.config.rootpath,
+        namespace=namespace,
+        options=options,
+        names=names,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_agent(
+    cluster: Any, namespace: str, node: str, settings: RegistrySettings, committer: FolderCommitter
+) -> AsyncIterator[None]:
+    """The node agent of ``node`` (informer, queue and status writes as in the DaemonSet)."""
+    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as api:
+        manager = Manager(
+            api, metrics_bind_address="0", health_bind_address="0", namespace=namespace
+        )
+        agent = SnapshotAgent(
+            manager.client,
+            snapshots=manager.informer(SANDBOX_SNAPSHOTS),
+            node_name=node,
+            settings=settings,
+            committer=committer,
+        )
+        ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
+            4
+        ).complete(agent)
+        task = asyncio.create_task(manager.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
 
 _EMPTY_CONFIG = json.dumps(
     {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
@@ -35,12 +128,12 @@ _EMPTY_CONFIG = json.dumps(
 class SnapshotEnv(NamespaceApi):
     """Sandboxes, snapshots and their waits."""
 
-    async def running_sandbox(self, name: str) -> Obj:
+    async def running_sandbox(self, name: str, annotations: dict[str, str] | None = None) -> Obj:
         """A Ready Sandbox whose Pod reports a containerd container ID (as a kubelet would)."""
         await self.create(
             SANDBOXES,
             {
-                "metadata": {"name": name},
+                "metadata": {"name": name, "annotations": annotations or {}},
                 "spec": {
                     "podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}
                 },
@@ -53,6 +146,11 @@ class SnapshotEnv(NamespaceApi):
             return pod if statuses and statuses[0].get("state", {}).get("running") else None
 
         pod = await self.until(pod_running, f"the Pod of {name} running")
+        return await self.report_container(pod)
+
+    async def report_container(self, pod: Obj) -> Obj:
+        """Give the Pod's running container a containerd ID, as a kubelet would."""
+        name = pod["metadata"]["name"]
         statuses = pod["status"]["containerStatuses"]
         statuses[0]["containerID"] = f"containerd://{secrets.token_hex(32)}"
         await self.client.patch(

@@ -76,7 +76,8 @@ _WHY: dict[str, str] = {
     "leaves off: it watches heartbeat Leases and reads PodMetrics for its CPU veto "
     "(test_idle_shutdown.py runs it under these rules)",
     "snapshots": "the SandboxSnapshot controller runs only with --snapshot-registry, which this "
-    "run leaves off (test_snapshot_controller.py runs it under these rules); a claim reads a "
+    "run leaves off (test_snapshot_controller.py runs it under these rules, and its state keeper, "
+    "which creates a snapshot per suspend, in test_snapshot_keepstate.py); a claim reads a "
     "snapshot only when it is annotated with one",
 }
 _GRANTS: dict[str, list[Grant]] = {
@@ -140,7 +141,10 @@ _GRANTS: dict[str, list[Grant]] = {
         ("get", "metrics.k8s.io", "pods"),
     ],
     "snapshots": [
-        *((verb, _EXT, "sandboxsnapshots") for verb in ("get", "list", "watch", "patch", "update")),
+        *(
+            (verb, _EXT, "sandboxsnapshots")
+            for verb in ("get", "list", "watch", "create", "patch", "update")
+        ),
         *((verb, _EXT, "sandboxsnapshots/status") for verb in ("get", "patch", "update")),
     ],
     "parity": [

@@ -10,10 +10,7 @@ commit on a real node is e2e/test_e2e_realnode_snapshot.py.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import dataclasses
-import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,8 +18,21 @@ from typing import Any
 
 import pytest
 import yaml
-from extensions_runner import start_extensions_controller
-from snapshot_support import FolderCommitter, SnapshotEnv
+from snapshot_support import (
+    SECRET,
+    FolderCommitter,
+    SnapshotEnv,
+    running_agent,
+)
+from snapshot_support import (
+    auth_file as _auth_file,
+)
+from snapshot_support import (
+    dockerconfig as _dockerconfig,
+)
+from snapshot_support import (
+    start_snapshot_controller as _start_controller,
+)
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import (
@@ -33,20 +43,14 @@ from kube_agent_sandbox.api.resources import (
     SANDBOXES,
 )
 from kube_agent_sandbox.api.rest import SECRETS
-from kube_agent_sandbox.controller.config import ControllerOptions
 from kube_agent_sandbox.controller.runtime import (
-    ApiClient,
-    ControllerBuilder,
-    Manager,
     Obj,
-    load_kubeconfig,
 )
 from kube_agent_sandbox.extensions.claim.fromsnapshot import (
     ANNOTATION_SNAPSHOT,
     ANNOTATION_SNAPSHOT_PULL_SECRET,
 )
 from kube_agent_sandbox.extensions.snapshot import status as s
-from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent
 from kube_agent_sandbox.extensions.snapshot.registry import RegistryError
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
 from kube_agent_sandbox.testing import versions
@@ -55,26 +59,6 @@ from kube_agent_sandbox.testing.processes import ProcessSupervisor
 from kube_agent_sandbox.testing.registry import RegistryOptions, RunningRegistry, start_registry
 
 pytestmark = pytest.mark.integration
-
-SECRET = "registry"
-
-
-def _dockerconfig(registry: RunningRegistry, password: str) -> dict[str, Any]:
-    auth = base64.b64encode(f"{registry.username}:{password}".encode()).decode()
-    config = json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
-    return {
-        "metadata": {"name": SECRET},
-        "type": "kubernetes.io/dockerconfigjson",
-        "data": {".dockerconfigjson": base64.b64encode(config).decode()},
-    }
-
-
-def _auth_file(path: Path, registry: RunningRegistry, password: str) -> str:
-    """Write the registry's credentials as the kubelet mounts a dockerconfigjson Secret."""
-    path.write_bytes(
-        base64.b64decode(_dockerconfig(registry, password)["data"][".dockerconfigjson"])
-    )
-    return str(path)
 
 
 @pytest.fixture
@@ -97,31 +81,6 @@ async def env(
         yield e
 
 
-def _start_controller(
-    runner: ControllerRunner,
-    request: pytest.FixtureRequest,
-    namespace: str,
-    settings: RegistrySettings,
-    *,
-    commit_timeout: float = 600.0,
-    names: tuple[str, ...] = ("snapshot",),
-) -> None:
-    options = ControllerOptions(
-        extensions=True,
-        snapshot_registry=settings.url,
-        snapshot_registry_auth_file=settings.auth_file,
-        snapshot_registry_ca=settings.ca_file,
-        snapshot_commit_timeout=commit_timeout,
-    )
-    start_extensions_controller(
-        runner,
-        rootpath=request.config.rootpath,
-        namespace=namespace,
-        options=options,
-        names=names,
-    )
-
-
 @pytest.fixture
 def controller(
     agent_sandbox_crds: list[str],
@@ -132,34 +91,6 @@ def controller(
 ) -> RegistrySettings:
     _start_controller(controller_runner, request, namespace, registry_settings)
     return registry_settings
-
-
-@contextlib.asynccontextmanager
-async def running_agent(
-    cluster: Any, namespace: str, node: str, settings: RegistrySettings, committer: FolderCommitter
-) -> AsyncIterator[None]:
-    """The node agent of ``node`` (informer, queue and status writes as in the DaemonSet)."""
-    async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as api:
-        manager = Manager(
-            api, metrics_bind_address="0", health_bind_address="0", namespace=namespace
-        )
-        agent = SnapshotAgent(
-            manager.client,
-            snapshots=manager.informer(SANDBOX_SNAPSHOTS),
-            node_name=node,
-            settings=settings,
-            committer=committer,
-        )
-        ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
-            4
-        ).complete(agent)
-        task = asyncio.create_task(manager.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def _manifest_status(settings: RegistrySettings, env: SnapshotEnv, image: str) -> int:

@@ -150,8 +150,9 @@ def gateway_stack(
             )
         )
         # All namespaces, as deployed (manifests/components/gateway): tenants are told apart
-        # by their keys, which the cross-tenant test relies on. The tenant role (env Secrets)
-        # is bound in each tenant namespace only, by `keys create` (docs/guides/gateway.md).
+        # by their keys, which the cross-tenant test relies on. `keys create` stores both
+        # tenants' keys in the gateway's namespace (the only one whose Secrets it lists) and
+        # binds the tenant role (env Secrets) in each tenant namespace (docs/guides/gateway.md).
         cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
         port_map = {ENVD_PORT: daemons.envd_port, INTERPRETER_PORT: daemons.interpreter_port}
         gateway, url = start_gateway(

@@ -397,6 +397,7 @@ def run_code_interpreter(recorder: Recorder) -> None:
         recorder.step("ci_stdout", lambda: list(sandbox.run_code("print('out')").logs.stdout))
         recorder.step("ci_error", lambda: _ci_error(sandbox.run_code("1 / 0").error))
         recorder.step("ci_chart", lambda: _ci_chart(sandbox.run_code(CHART_CODE)))
+        recorder.step("ci_r", lambda: _ci_r(sandbox))
         started = time.perf_counter()
         sandbox.run_code("None")
         recorder.timings["ci_run_code_seconds"] = round(time.perf_counter() - started, 4)
@@ -433,6 +434,24 @@ def _ci_chart(execution: Any) -> dict[str, Any]:
         "x_label": getattr(chart, "x_label", None),
         "y_label": getattr(chart, "y_label", None),
         "bars": [[e.label, e.group, e.value] for e in getattr(chart, "elements", [])],
+    }
+
+
+def _ci_r(sandbox: Any) -> dict[str, Any]:
+    """R through ``language="r"``: a value, state across calls, output, an error and a plot."""
+    first = sandbox.run_code("x <- 1+1; x", language="r")
+    second = sandbox.run_code('cat("r says", x * 21, "\\n"); x * 3', language="r")
+    failed = sandbox.run_code('f <- function() stop("boom"); f()', language="r")
+    plotted = sandbox.run_code("plot(1:10)", language="r")
+    error = failed.error
+    png = base64.b64decode(plotted.results[0].png or "") if plotted.results else b""
+    return {
+        "first": first.text,
+        "first_error": _ci_error(first.error),
+        "second": second.text,
+        "second_stdout": list(second.logs.stdout),
+        "failure": error and {"name": error.name, "value": error.value, "tb": error.traceback},
+        "plot_png": png[:8].hex(),
     }
 
 

@@ -5,7 +5,8 @@ Playwright drives ``/usr/bin/chromium`` (never a downloaded browser) at the sess
 * the key prompt refuses a malformed key and a key the gateway does not know;
 * a sandbox created through the E2B API appears in the list without a reload (the long poll);
 * with the keyboard only, a user filters the list, opens the sandbox, reads its Events and
-  log note, suspends it, resumes it and deletes it; the cluster's objects follow each step;
+  log note, suspends it, resumes it, asks for a snapshot (this stack has no snapshot
+  controller: the page says what to run) and deletes it; the cluster's objects follow each step;
 * the other tenant's key shows none of it, and its API calls get 404 and change nothing;
 * 1,000 Sandbox objects in a third tenant's namespace all render; the time to render them and
   to filter them is printed (``CONSOLE_RESULTS=<file>`` keeps it as JSON), never asserted.
@@ -189,9 +190,7 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
     # Events of the claim, Sandbox and Pod; kwok nodes serve no logs, and the page says so
     expect(page.locator("#events tbody tr").first).to_be_visible()
     expect(page.locator("#log-note")).to_contain_text("Logs unavailable")
-    snapshot = page.get_by_role("button", name="Snapshot")
-    expect(snapshot).to_be_disabled()
-    expect(page.locator("#why-snapshot")).to_contain_text("no snapshot API")
+    expect(page.get_by_role("button", name="Snapshot")).to_be_enabled()
     expect(page.get_by_role("button", name="Resume")).to_be_disabled()
     _shot(page, "console-details")
 
@@ -215,6 +214,23 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
         c.OPERATING_MODE_RUNNING
     )
 
+    # snapshot: this stack runs no snapshot controller (no --snapshot-registry), and the page
+    # says what to run; with one, the same answer names the snapshot and its image
+    # (tests/integration/test_gateway_snapshots.py takes one through this endpoint)
+    expect(page.locator("#details-title")).to_be_focused()
+    page.keyboard.press("Tab")  # Suspend
+    page.keyboard.press("Tab")  # Resume is disabled: Snapshot
+    expect(page.get_by_role("button", name="Snapshot")).to_be_focused()
+    page.keyboard.press("Enter")
+    status = page.get_by_role("status")
+    expect(status).to_have_text(f"Taking a snapshot of {sandbox_id}…")
+    # after the gateway's 15 s wait for a controller to take the SandboxSnapshot
+    expect(status).to_contain_text(
+        f"snapshot {sandbox_id} failed: no snapshot controller took", timeout=TIMEOUT_MS
+    )
+    expect(status).to_contain_text("--snapshot-registry")
+    expect(_row(page, sandbox_id).locator(".state")).to_have_text("Running")
+
     # the other tenant: nothing to see, nothing to do (404), nothing changed
     claim = _claim(cluster, stack.namespace, sandbox_id)
     assert claim is not None
@@ -222,6 +238,7 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
     api = f"{stack.url}/console/api/sandboxes/{sandbox_id}"
     assert httpx.get(api, headers=other).status_code == 404
     assert httpx.post(f"{api}/suspend", headers=other).status_code == 404
+    assert httpx.post(f"{api}/snapshot", headers=other).status_code == 404
     assert httpx.delete(api, headers=other).status_code == 404
     after = _claim(cluster, stack.namespace, sandbox_id)
     assert after is not None
@@ -234,7 +251,8 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
     page.once("dialog", lambda dialog: dialog.accept())
     expect(page.locator("#details-title")).to_be_focused()
     page.keyboard.press("Tab")  # Suspend
-    page.keyboard.press("Tab")  # Resume and Snapshot are disabled: Delete
+    page.keyboard.press("Tab")  # Resume is disabled: Snapshot
+    page.keyboard.press("Tab")  # Delete
     expect(page.get_by_role("button", name="Delete")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.get_by_role("status")).to_have_text(f"Deleted {sandbox_id}.")
@@ -255,7 +273,7 @@ def test_keyboard_user_sees_and_acts_on_their_sandbox(
 
 
 @pytest.fixture(scope="module")
-def many_sandboxes(cluster: ClusterAccess) -> Iterator[tuple[str, str]]:
+def many_sandboxes(cluster: ClusterAccess, gateway_stack: Any) -> Iterator[tuple[str, str]]:
     """A tenant namespace with :data:`MANY` Sandbox objects, and its key.
 
     They are created Suspended: the controller reconciles them without starting 1,000 pods
@@ -263,7 +281,7 @@ def many_sandboxes(cluster: ClusterAccess) -> Iterator[tuple[str, str]]:
     """
     namespace = namespace_name("console-many")
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    key = create_key(cluster.kubeconfig, namespace)
+    key = create_key(cluster.kubeconfig, namespace, gateway_namespace=gateway_stack.namespace)
     items = [
         {
             "apiVersion": c.SANDBOX_API_VERSION,

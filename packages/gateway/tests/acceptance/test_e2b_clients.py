@@ -230,6 +230,18 @@ def test_run_code_matplotlib_gives_a_png_and_chart(scenario: dict[str, Any]) -> 
     assert chart["bars"] == [["A", "Sold", 1.0], ["B", "Sold", 3.0], ["C", "Sold", 2.0]]
 
 
+def test_run_code_in_r(scenario: dict[str, Any]) -> None:
+    r = _step(scenario, "ci_r")
+    assert r["first_error"] is None, r
+    assert r["first"] == "[1] 2", r
+    assert r["second"] == "[1] 6", r  # `x` survived: one R session per context
+    assert "".join(r["second_stdout"]) == "r says 42 \n", r
+    assert r["failure"]["name"] == "ERROR", r
+    assert r["failure"]["value"] == "Error in f(): boom\n", r
+    assert "1. f()" in r["failure"]["tb"], r
+    assert r["plot_png"] == "89504e470d0a1a0a", r
+
+
 def test_timings_were_measured(scenario: dict[str, Any]) -> None:
     timings = scenario["timings"]
     for key in (

@@ -6,7 +6,8 @@
 * ``sandboxd`` runs under uvicorn on a free local port: kwok pods run nothing, so every pod
   address is rewritten to 127.0.0.1 and port 49983 mapped to it (``pod_address_override``).
 * The gateway runs under uvicorn on a free port as a ServiceAccount bound only to its generated
-  ClusterRole (``kube_agent_sandbox.testing.gateway``), so a missing permission fails.
+  roles (``kube_agent_sandbox.testing.gateway``), so a missing permission fails; its API keys
+  are Secrets of the ServiceAccount's namespace (``gateway_namespace``).
 
 Not a test module: ``conftest.py`` imports it.
 """
@@ -49,14 +50,21 @@ def _cluster_role(name: str, rules: Sequence[rbac.PolicyRule]) -> dict[str, Any]
 
 
 def start_controllers(
-    runner: ControllerRunner, *, rootpath: Path, namespace: str, name: str = "controllers"
+    runner: ControllerRunner,
+    *,
+    rootpath: Path,
+    namespace: str,
+    name: str = "controllers",
+    options: ControllerOptions | None = None,
+    extensions: Sequence[str] = EXTENSIONS,
 ) -> RunningController:
     """The Sandbox and extension controllers, scoped to ``namespace``, as their own identity
-    (``name``: the runner's process name, unique per runner)."""
+    (``name``: the runner's process name, unique per runner; ``extensions``: which extension
+    controllers, run with ``options``)."""
     declared: list[rbac.PolicyRule] = []
-    for name in EXTENSIONS:
+    for ext in extensions:
         declared.extend(
-            importlib.import_module(f"kube_agent_sandbox.extensions.{name}.setup").RBAC_RULES
+            importlib.import_module(f"kube_agent_sandbox.extensions.{ext}.setup").RBAC_RULES
         )
     core = rootpath / "manifests" / "rbac" / "role.generated.yaml"
     identity = runner.identity(
@@ -68,15 +76,15 @@ def start_controllers(
             _cluster_role(EXTENSIONS_ROLE, declared),
         ],
     )
-    options = ControllerOptions(extensions=True)
+    options = options or ControllerOptions(extensions=True)
 
     async def run(kubeconfig: Path) -> None:
         config = load_kubeconfig(str(kubeconfig))
         async with ApiClient(config, qps=options.kube_api_qps, burst=options.kube_api_burst) as api:
             manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
             sandbox_setup(manager, options, namespace=namespace)
-            for name in EXTENSIONS:
-                module = importlib.import_module(f"kube_agent_sandbox.extensions.{name}.setup")
+            for ext in extensions:
+                module = importlib.import_module(f"kube_agent_sandbox.extensions.{ext}.setup")
                 result = module.setup(manager, options, namespace=namespace)
                 if hasattr(result, "__await__"):
                     await result
@@ -144,7 +152,8 @@ def start_gateway(
 ) -> GatewayStack:
     """The gateway (all namespaces) as its own ServiceAccount, plus a local sandboxd.
 
-    Its tenant role is bound in ``tenants`` (``namespace`` if None), as ``keys create`` does.
+    The ServiceAccount and the API keys are in ``namespace``; its tenant role is bound in
+    ``tenants`` (``namespace`` if None), as ``keys create`` does.
     """
     from kube_agent_sandbox.sandboxd.app import build_app as build_daemon
 
@@ -154,6 +163,7 @@ def start_gateway(
         domain=domain,
         listen="127.0.0.1:0",
         kubeconfig=str(identity.kubeconfig),
+        gateway_namespace=namespace,
         hmac_secret_file=str(secret_file),
         pod_address_override="127.0.0.1",
         pod_port_map={ENVD_PORT: sandboxd.port},

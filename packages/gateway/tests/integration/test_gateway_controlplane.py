@@ -53,9 +53,10 @@ def _claim_ref(namespace: str, sandbox_id: str) -> ObjectRef:
     return ObjectRef(c.EXTENSIONS_API_VERSION, c.KIND_SANDBOX_CLAIM, sandbox_id, namespace)
 
 
-def _add_key(cluster: ClusterAccess, namespace: str) -> str:
+def _add_key(cluster: ClusterAccess, tenant: str, gateway_namespace: str) -> str:
+    """A key granting ``tenant``, stored in the gateway's namespace."""
     key = tenants.generate_key()
-    cluster.apply(tenants.key_secret(namespace, key))
+    cluster.apply(tenants.key_secret(tenant, key, gateway_namespace=gateway_namespace))
     return key
 
 
@@ -88,8 +89,8 @@ def test_sdk_control_plane_lifecycle(
     sdk_env: str,
 ) -> None:
     cluster.apply(_pool_objects(namespace, "base", POOL_SIZE))
-    key = _add_key(cluster, namespace)
-    other_key = _add_key(cluster, other_namespace)
+    key = _add_key(cluster, namespace, namespace)
+    other_key = _add_key(cluster, other_namespace, namespace)
     _wait_pool_ready(cluster, namespace, POOL_SIZE)
     # the gateway's Secret cache sees the keys through its watch
     deadline = time.monotonic() + 30
@@ -230,7 +231,7 @@ def test_sdk_pause_and_resume_through_connect(
     sdk_env: str,
 ) -> None:
     cluster.apply(_pool_objects(namespace, "base", 1))
-    key = _add_key(cluster, namespace)
+    key = _add_key(cluster, namespace, namespace)
     _wait_pool_ready(cluster, namespace, 1)
     deadline = time.monotonic() + 30
     while gateway_stack.state.tenants.authenticate(key) is None:
@@ -284,7 +285,7 @@ def test_sdk_cold_template_idempotency_and_kept_env(
     # a template without a pool: the gateway adds a zero-replica shadow pool (cold start)
     template, _pool = _pool_objects(namespace, "cold", 0)
     cluster.apply([template])
-    key = _add_key(cluster, namespace)
+    key = _add_key(cluster, namespace, namespace)
     deadline = time.monotonic() + 30
     while gateway_stack.state.tenants.authenticate(key) is None:
         assert time.monotonic() < deadline, "the gateway never saw the API key"

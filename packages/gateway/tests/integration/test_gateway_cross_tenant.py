@@ -1,7 +1,8 @@
 """Issue 21: one tenant's credentials reach no other tenant's sandbox, through any path.
 
 Against a real kube-apiserver (kwok), with the controllers of two tenant namespaces and the
-gateway running as its ServiceAccount with the generated roles (tenant role bound in both).
+gateway running as its ServiceAccount with the generated roles, in a namespace of its own that
+holds both tenants' API keys (tenant role bound in both tenant namespaces).
 Tenant A's API key, its sandbox's envd and traffic tokens and file URLs signed with them are
 tried on tenant B's sandbox: the control plane, the data plane by headers and by host name,
 signed file URLs, and resume on traffic (a paused sandbox of B stays paused). B's own
@@ -33,6 +34,7 @@ from kube_agent_sandbox.testing.gateway import (
     wait_warm_pool_ready,
     warm_template,
 )
+from kube_agent_sandbox.testing.plugin import namespace_name
 
 DOMAIN = "sbx.example.test"
 USER_PORT = 8000
@@ -79,13 +81,14 @@ def two_tenants(
     """One gateway (all namespaces, ``--domain``) and a sandbox in each tenant namespace."""
     assert "sandboxclaims.extensions.agents.x-k8s.io" in agent_sandbox_crds
     root = request.config.rootpath
+    gateway_namespace = namespace_name("gw-" + request.node.name)  # the runner deletes it
     for ns, name in ((namespace, "controllers-a"), (other_namespace, "controllers-b")):
         start_controllers(controller_runner, rootpath=root, namespace=ns, name=name)
     secret_file = tmp_path / "hmac"
     secret_file.write_text(secrets.token_hex(32))
     stack = start_gateway(
         controller_runner,
-        namespace=namespace,
+        namespace=gateway_namespace,
         secret_file=secret_file,
         tenants=(namespace, other_namespace),
         domain=DOMAIN,
@@ -99,7 +102,7 @@ def two_tenants(
                     warm_template("base", template_spec=template, replicas=1, namespace=ns)
                 )
                 key = tenants.generate_key()
-                cluster.apply(tenants.key_secret(ns, key))
+                cluster.apply(tenants.key_secret(ns, key, gateway_namespace=gateway_namespace))
                 wait_warm_pool_ready(cluster, "base", namespace=ns, replicas=1, what="a warm one")
                 _wait(lambda k=key: stack.state.tenants.authenticate(k), "the key")  # type: ignore[misc]
                 body = {
@@ -166,6 +169,13 @@ def test_one_tenants_credentials_reach_no_other_tenants_sandbox(
         assert theirs.json()["message"].replace(b.sandbox_id, "z" * 20) == unknown.json()["message"]
     listed = api.get("/v2/sandboxes", headers=mine)
     assert [s["sandboxID"] for s in listed.json()] == [a.sandbox_id]
+    theirs_listed = api.get("/v2/sandboxes", headers={"X-API-Key": b.key})
+    assert [s["sandboxID"] for s in theirs_listed.json()] == [b.sandbox_id]
+    # each key authenticates the tenant its Secret (in the gateway's namespace) names
+    for tenant in (a, b):
+        found = stack.state.tenants.authenticate(tenant.key)
+        assert found is not None
+        assert found.namespace == tenant.namespace
     after = _sandbox(cluster, b)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 

@@ -119,6 +119,7 @@ async def gateway(
             kubeconfig=str(cluster.kubeconfig),
             secret_file=secret,
             namespace=backend.namespace,
+            gateway_namespace=backend.namespace,
             pod_address_override="127.0.0.1",
             port_map={ENVD_PORT: backend.sandboxd_port},
         ),
@@ -127,7 +128,9 @@ async def gateway(
     try:
         await asyncio.to_thread(wait_gateway_healthy, url, process=process)
         async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as api:
-            key, _info = await create_key(api, backend.namespace)
+            key, _info = await create_key(
+                api, backend.namespace, gateway_namespace=backend.namespace
+            )
         yield Gateway(url=url, api_key=key)
     finally:
         supervisor.stop_all()

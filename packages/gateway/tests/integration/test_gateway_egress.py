@@ -51,7 +51,7 @@ def test_sdk_egress_rules_become_a_network_policy(
         )
     )
     key = tenants.generate_key()
-    cluster.apply(tenants.key_secret(namespace, key))
+    cluster.apply(tenants.key_secret(namespace, key, gateway_namespace=namespace))
     wait_warm_pool_ready(cluster, "base", namespace=namespace, replicas=1, what="a warm sandbox")
     deadline = time.monotonic() + 30
     while gateway_stack.state.tenants.authenticate(key) is None:

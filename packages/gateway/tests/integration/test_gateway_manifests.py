@@ -34,6 +34,8 @@ GATEWAY_OBJECTS = {
     "serviceaccount/agent-sandbox-gateway",
     "clusterrole.rbac.authorization.k8s.io/agent-sandbox-gateway",
     "clusterrolebinding.rbac.authorization.k8s.io/agent-sandbox-gateway",
+    "role.rbac.authorization.k8s.io/agent-sandbox-gateway-keys",
+    "rolebinding.rbac.authorization.k8s.io/agent-sandbox-gateway-keys",
     "service/agent-sandbox-gateway",
     "deployment.apps/agent-sandbox-gateway",
 }
@@ -97,6 +99,7 @@ def test_deployment_shape_and_arguments(cluster: ClusterAccess) -> None:
     options = options_from_args(args)
     assert options.bind == ("0.0.0.0", 8080)
     assert options.pod_address_override is None
+    assert options.gateway_namespace is None  # its pod's: where the keys Role is bound
     assert options.pod_port_map == {}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -131,6 +134,18 @@ def test_service_and_least_privilege_role(cluster: ClusterAccess) -> None:
     ]
     role = objects[("ClusterRole", "agent-sandbox-gateway")]
     assert normalize_manifest_rules(role["rules"]) == rbacgen.gateway_rules()
+    # the API keys: list/watch of the Secrets of the gateway's own namespace, bound there
+    keys = objects[("Role", "agent-sandbox-gateway-keys")]
+    assert keys["metadata"]["namespace"] == NAMESPACE
+    assert normalize_manifest_rules(keys["rules"]) == rbacgen.keys_rules()
+    keys_binding = objects[("RoleBinding", "agent-sandbox-gateway-keys")]
+    assert keys_binding["metadata"]["namespace"] == NAMESPACE
+    assert keys_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "agent-sandbox-gateway-keys",
+    }
+    assert keys_binding["subjects"] == binding["subjects"]
     # the tenant role ships unbound: operators bind it per tenant namespace
     tenant = objects[("ClusterRole", "agent-sandbox-gateway-tenant")]
     assert normalize_manifest_rules(tenant["rules"]) == rbacgen.tenant_rules()
@@ -170,6 +185,8 @@ def test_the_gateway_cannot_do_more_than_declared(cluster: ClusterAccess) -> Non
             ("delete", "nodes"),
             ("create", "secrets"),
             ("get", "secrets"),
+            ("list", "secrets"),  # issue 21: the API keys are read in its namespace only
+            ("watch", "secrets"),
             ("update", "secrets"),
             ("delete", "secrets"),
             ("update", "sandboxwarmpools.extensions.agents.x-k8s.io"),

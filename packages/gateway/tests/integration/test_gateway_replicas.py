@@ -80,7 +80,7 @@ def test_one_key_on_two_replicas_is_one_sandbox(
         )
     )
     api_key = tenants.generate_key()
-    cluster.apply(tenants.key_secret(namespace, api_key))
+    cluster.apply(tenants.key_secret(namespace, api_key, gateway_namespace=namespace))
     wait_warm_pool_ready(cluster, "base", namespace=namespace, replicas=POOL_SIZE)
     deadline = time.monotonic() + 30
     for stack in (gateway_stack, second_gateway):

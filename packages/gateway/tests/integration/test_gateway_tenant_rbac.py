@@ -7,8 +7,9 @@ RoleBinding in its tenant namespaces, as ``agent-sandbox-gateway keys create`` m
 * Without the binding, a create with ``envVars`` fails with an error that names the fix and
   leaves no sandbox; a create without them works; a resume (connect, or traffic) of a sandbox
   whose environment is unreadable fails loudly and leaves it paused; ``keys bind`` repairs it.
-* ``keys create`` binds the tenant role as a tenant namespace's admin (who may), idempotently,
-  and refuses a binding of that name to another role.
+* ``keys create`` binds the tenant role (a tenant namespace's admin may), idempotently, and
+  refuses a binding of that name to another role; it stores the key in the gateway's
+  namespace, so it also takes the right to create Secrets there (the operator's).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def gateway_may(cluster: ClusterAccess, verb: str, namespace: str, sa_namespace:
 
 def add_key(cluster: ClusterAccess, stack: GatewayStack, namespace: str) -> str:
     key = tenants.generate_key()
-    cluster.apply(tenants.key_secret(namespace, key))
+    cluster.apply(tenants.key_secret(namespace, key, gateway_namespace=namespace))
     wait_until(lambda: stack.state.tenants.authenticate(key), "the gateway to see the key")
     return key
 
@@ -217,7 +218,7 @@ def _binding(cluster: ClusterAccess, namespace: str) -> dict[str, Any]:
     return binding
 
 
-def test_keys_create_binds_the_tenant_role_as_the_tenants_admin(
+def test_keys_create_binds_the_tenant_role_and_stores_the_key_with_the_gateway(
     cluster: ClusterAccess,
     namespace: str,
     other_namespace: str,
@@ -225,8 +226,12 @@ def test_keys_create_binds_the_tenant_role_as_the_tenants_admin(
 ) -> None:
     # the gateway's roles exist (installed); it is a tenant of no namespace yet
     gateway_identity(controller_runner, namespace=namespace, tenants=())
-    admin = controller_runner.identity("tenant-admin", namespace=other_namespace)
+    tenant_admin = controller_runner.identity("tenant-admin", namespace=other_namespace)
+    controller_runner.bind_in_namespace(tenant_admin, "admin", other_namespace)
+    # the operator: admin of the tenant namespace and of the gateway's (where keys are)
+    admin = controller_runner.identity("operator", namespace=other_namespace)
     controller_runner.bind_in_namespace(admin, "admin", other_namespace)
+    controller_runner.bind_in_namespace(admin, "admin", namespace)
     viewer = controller_runner.identity("tenant-viewer", namespace=other_namespace)
     controller_runner.bind_in_namespace(viewer, "view", other_namespace)
     common = ("--namespace", other_namespace, "--gateway-namespace", namespace)
@@ -238,7 +243,20 @@ def test_keys_create_binds_the_tenant_role_as_the_tenants_admin(
     assert not denied.stdout
     assert not gateway_may(cluster, "create", other_namespace, namespace)
 
-    # the namespace's admin may (it holds every right the tenant role grants there)
+    # the tenant's admin may bind (it holds every right the tenant role grants there) but not
+    # write a key into the gateway's namespace: a tenant cannot mint keys by itself
+    bound_only = run_cli("keys", "create", *common, "--kubeconfig", str(tenant_admin.kubeconfig))
+    assert bound_only.returncode == 1
+    assert "forbidden" in bound_only.stderr
+    assert not bound_only.stdout
+    wait_until(lambda: gateway_may(cluster, "create", other_namespace, namespace), "the binding")
+    listed = run_cli(
+        "keys", "list", "--gateway-namespace", namespace, "--kubeconfig", str(cluster.kubeconfig)
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == ""
+
+    # the operator may (and the binding made above is kept: idempotent)
     keys = []
     for _ in range(2):  # idempotent
         made = run_cli("keys", "create", *common, "--kubeconfig", str(admin.kubeconfig))
@@ -246,6 +264,27 @@ def test_keys_create_binds_the_tenant_role_as_the_tenants_admin(
         keys.append(made.stdout.strip())
     assert all(tenants.is_valid_key(k) for k in keys)
     assert keys[0] != keys[1]
+    # both stored in the gateway's namespace, granting the tenant; listed by tenant
+    listed = run_cli(*("keys", "list", *common), "--kubeconfig", str(admin.kubeconfig))
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert sorted(row[0] for row in rows) == sorted(
+        tenants.key_id(tenants.hash_key(k)) for k in keys
+    )
+    assert {row[1] for row in rows} == {other_namespace}
+    for key in keys:
+        secret = json.loads(
+            cluster.kubectl(
+                "get",
+                "secret",
+                tenants.secret_name(tenants.hash_key(key)),
+                "-n",
+                namespace,
+                "-o",
+                "json",
+            ).stdout
+        )
+        assert tenants.key_tenant(secret) == other_namespace
     binding = _binding(cluster, other_namespace)
     assert binding["roleRef"]["name"] == "agent-sandbox-gateway-tenant"
     assert binding["subjects"] == [

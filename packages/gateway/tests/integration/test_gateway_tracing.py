@@ -137,7 +137,7 @@ def test_one_trace_from_an_e2b_create_through_the_gateway_to_the_ready_pod(
         extra_args=("--enable-tracing",),
         env=collector.environment(),
     )
-    api_key = create_key(cluster.kubeconfig, namespace)
+    api_key = create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
     cluster.apply(
         warm_template("pool", template_spec=kwok_template_spec("e2b-pool:test"), replicas=0),
         namespace=namespace,

@@ -39,7 +39,8 @@ def test_a_new_sdk_method_is_reported(compat: Any) -> None:
 def test_the_guide_holds_the_rendered_table(compat: Any) -> None:
     table = compat.render(compat.load())
     assert table in compat.GUIDE.read_text()
-    assert "| snapshot | `create_snapshot` | `createSnapshot` | not supported |" in table
+    assert "| snapshot | `create_snapshot` | `createSnapshot` | partly |" in table
+    assert "| snapshot | `fork` | `fork` | partly |" in table
 
 
 def test_js_names_are_mapped_in_snake_case(compat: Any) -> None:

@@ -153,7 +153,7 @@ async def test_execute_time_limit_from_the_body(client: httpx.AsyncClient) -> No
             400,
             "Only one of context_id or language can be provided",
         ),
-        (b'{"code": "1", "language": "r"}', 400, "'r' is not supported"),
+        (b'{"code": "1", "language": "cobol"}', 400, "'cobol' is not supported"),
         (b'{"code": "1", "context_id": "nope"}', 404, "Context nope not found"),
     ],
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_agent_sandbox.sandboxd.interpreter import driver, events
+from kube_agent_sandbox.sandboxd.interpreter import driver, events, r_worker
 from kube_agent_sandbox.sandboxd.interpreter.cli import bind, parse_args
 from kube_agent_sandbox.sandboxd.interpreter.contexts import (
     UnsupportedLanguageError,
@@ -130,6 +130,17 @@ def test_another_workers_marker_and_junk_after_a_prefix_stay_output() -> None:
     too_long = sync_prefix(token) + b"1" * 30
     stream = foreign + not_digits + too_long
     assert _collect(SyncSplitter(token), [stream]) == [stream]
+
+
+def test_markers_of_another_shape_are_found_and_the_default_ones_stay_output() -> None:
+    # R's driver cannot write NUL, so its markers open and close with other control bytes.
+    start, end = r_worker.SYNC_START, r_worker.SYNC_END
+    token = "ab12"
+    r_marker = sync_prefix(token, start) + b"5" + end
+    stream = b"out" + r_marker + _marker(token, 6) + b"\n"
+    for cut in range(len(stream) + 1):
+        parts = _collect(SyncSplitter(token, start, end), [stream[:cut], stream[cut:]])
+        assert parts == [b"out", 5, _marker(token, 6) + b"\n"], cut
 
 
 def test_a_partial_prefix_at_the_end_is_flushed_as_output() -> None:
@@ -271,6 +282,8 @@ def test_cli_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert options.envd_url == "http://127.0.0.1:49983"
     assert parse_args(["--envd-url", ""]).envd_url == ""
     assert parse_args(["--user", "root"]).user == "root"
+    assert parse_args([]).rscript == "Rscript"
+    assert parse_args(["--rscript", "/opt/R/bin/Rscript"]).rscript == "/opt/R/bin/Rscript"
     monkeypatch.setenv("SANDBOXD_INTERPRETER_ACCESS_TOKEN", "from-env")
     assert parse_args([]).access_token == "from-env"
     monkeypatch.delenv("SANDBOXD_INTERPRETER_ACCESS_TOKEN")

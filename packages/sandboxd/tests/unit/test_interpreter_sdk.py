@@ -332,7 +332,7 @@ def test_bash_and_unsupported_languages(sandbox: Sandbox) -> None:
     assert execution.error is not None
     assert "4" in execution.error.value
     with pytest.raises(SandboxException, match="not supported"):
-        sandbox.run_code("1", language="r")
+        sandbox.run_code("1", language="cobol")
     with pytest.raises(SandboxException, match="not supported"):
         sandbox.create_code_context(language="java")
 
@@ -362,6 +362,37 @@ def test_javascript_contexts(sandbox: Sandbox) -> None:
         assert sandbox.run_code("own", context=context).text == "mine"
         sandbox.restart_code_context(context)
         assert sandbox.run_code("typeof own", context=context).text == "undefined"
+    finally:
+        sandbox.remove_code_context(context)
+
+
+def test_r_contexts(sandbox: Sandbox) -> None:
+    if shutil.which("Rscript") is None:
+        unavailable("R is needed for R contexts (scripts/setup.sh installs r-base-core)")
+    lines: list[str] = []
+    first = sandbox.run_code(
+        'x <- 1+1; cat("hello\\n"); x',
+        language="r",
+        on_stdout=lambda message: lines.append(message.line),
+    )
+    assert first.error is None
+    assert first.text == "[1] 2"
+    assert lines == ["hello\n"]
+    assert sandbox.run_code("x * 21", language="R").text == "[1] 42"
+    failed = sandbox.run_code("log('a')", language="r")
+    assert failed.error is not None
+    assert failed.error.name == "ERROR"
+    assert (
+        failed.error.value == 'Error in log("a"): non-numeric argument to mathematical function\n'
+    )
+    context = sandbox.create_code_context(language="r")
+    try:
+        assert context.language == "r"
+        assert sandbox.run_code("exists('x')", context=context).text == "[1] FALSE"
+        sandbox.run_code("own <- 'mine'", context=context)
+        assert sandbox.run_code("own", context=context).text == '[1] "mine"'
+        sandbox.restart_code_context(context)
+        assert sandbox.run_code("exists('own')", context=context).text == "[1] FALSE"
     finally:
         sandbox.remove_code_context(context)
 

@@ -112,6 +112,14 @@ SUSPENDED_BY_TIMEOUT: Final = "timeout"
 # not every node or leader-election Lease of the cluster.
 LABEL_HEARTBEAT: Final = f"{PROJECT_PREFIX}/heartbeat"
 
+# Snapshots (docs/guides/snapshots.md). A claim names the SandboxSnapshot it starts from with
+# ANNOTATION_SNAPSHOT (upstream's claim schema stays unchanged). A SandboxSnapshot taken by the
+# gateway, the SDK or the CLI records the warm pool of its source claim, so a sandbox made from
+# it uses the same pool (hence the same template) without the caller naming one.
+ANNOTATION_SNAPSHOT: Final = f"{EXTENSIONS_GROUP}/snapshot"
+ANNOTATION_SNAPSHOT_PULL_SECRET: Final = f"{EXTENSIONS_GROUP}/snapshot-pull-secret"
+ANNOTATION_SNAPSHOT_WARM_POOL: Final = f"{PROJECT_PREFIX}/snapshot-warm-pool"
+
 # --- Condition types and reasons --------------------------------------------------------------
 CONDITION_READY: Final = "Ready"
 CONDITION_SUSPENDED: Final = "Suspended"

@@ -18,8 +18,13 @@ from kube_agent_sandbox.api.constants import (
 LABEL_GATEWAY_SANDBOX: Final = f"{PROJECT_PREFIX}/gateway-sandbox"
 """On SandboxClaims the gateway created (value ``"true"``); the gateway caches only these."""
 
+LABEL_API_KEY_TENANT: Final = f"{PROJECT_PREFIX}/gateway-api-key-tenant"
+"""On the Secrets (in the gateway's own namespace) holding an API key's hash: the tenant
+namespace the key grants."""
+
 LABEL_API_KEY: Final = f"{PROJECT_PREFIX}/gateway-api-key"
-"""On the Secrets holding an API key's hash (value ``"true"``)."""
+"""On the Secrets of the old layout (value ``"true"``): a key's hash stored in its tenant
+namespace, which the gateway no longer reads (``agent-sandbox-gateway keys migrate``)."""
 
 ANNOTATION_METADATA: Final = f"{PROJECT_PREFIX}/e2b-metadata"
 """The E2B ``metadata`` map as one JSON object (reserved keys removed)."""
@@ -71,3 +76,7 @@ LABEL_ENV_SECRET: Final = f"{PROJECT_PREFIX}/gateway-env"
 ANNOTATION_ENV_KEPT: Final = f"{PROJECT_PREFIX}/gateway-env-kept"
 """On a claim created with ``envVars``: its ``<id>-env`` Secret must exist (a resume without it
 fails instead of starting the pod with no environment)."""
+
+LABEL_SNAPSHOT_SANDBOX: Final = f"{PROJECT_PREFIX}/e2b-snapshot-of"
+"""On a SandboxSnapshot the gateway took: the E2B sandbox id it was taken of (the
+``sandboxID`` filter of ``list_snapshots``)."""

@@ -5,10 +5,13 @@ HTTPS when ``--tls-cert-file`` and ``--tls-key-file`` are given (checked before 
 reloaded when the files change: :class:`~.tls.CertificateReloader`). With ``--http2`` it runs
 under hypercorn instead, which speaks HTTP/2 as well as HTTP/1.1: h2 over TLS (ALPN) and h2c
 with prior knowledge (or an ``Upgrade: h2c`` without a body) over plain HTTP.
-``keys create|list|revoke --namespace NS`` manages a tenant's API keys: a new key is written
-to standard output once (only its SHA-256 is stored) and never logged. ``keys create`` also
-binds the gateway's tenant role in the namespace (:mod:`.tenant_rbac`), which ``keys bind``
-does alone (namespaces whose keys predate it).
+``keys create|list|revoke`` manages the tenants' API keys, Secrets of the gateway's own
+namespace (``--gateway-namespace``) each naming the tenant namespace it grants: a new key is
+written to standard output once (only its SHA-256 is stored) and never logged. ``keys create``
+also binds the gateway's tenant role in the tenant namespace (:mod:`.tenant_rbac`), which
+``keys bind`` does alone (namespaces whose keys predate it). ``keys migrate`` copies keys of
+the old layout (stored in the tenant namespaces) into the gateway's namespace
+(:mod:`.key_migration`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from kube_agent_sandbox.controller.runtime import ApiClient, ApiError, load_config
-from kube_agent_sandbox.gateway import tenant_rbac, tenants, tracing
+from kube_agent_sandbox.gateway import key_migration, tenant_rbac, tenants, tracing
 from kube_agent_sandbox.gateway.config import (
     DEFAULT_CREATE_TIMEOUT_SECONDS,
     DEFAULT_LISTEN,
     DEFAULT_SANDBOX_TIMEOUT_SECONDS,
+    DEFAULT_SNAPSHOT_TIMEOUT_SECONDS,
     GatewayOptions,
     parse_listen,
     parse_port_map,
@@ -55,6 +59,12 @@ def _port_map(text: str) -> dict[int, int]:
         return parse_port_map(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _namespace(text: str) -> str:
+    if not tenants.is_namespace_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid namespace name")
+    return text
 
 
 def _positive(text: str) -> float:
@@ -87,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", type=_listen, default=DEFAULT_LISTEN, help="host:port")
     serve.add_argument("--kubeconfig", default=None)
     serve.add_argument("--namespace", default=None, help="serve only this tenant namespace")
+    serve.add_argument(
+        "--gateway-namespace",
+        type=_namespace,
+        default=None,
+        help="the gateway's own namespace, where its API keys are (default: its pod's, else "
+        f"{tenant_rbac.DEFAULT_GATEWAY_NAMESPACE})",
+    )
     serve.add_argument("--domain", default=None, help="wildcard domain of <port>-<id>.<domain>")
     serve.add_argument("--public-url", default=None, help="URL sandboxes reach the gateway at")
     serve.add_argument("--hmac-secret-file", default=None, help="file with the token secret")
@@ -110,6 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--default-timeout", type=int, default=DEFAULT_SANDBOX_TIMEOUT_SECONDS, metavar="S"
     )
     serve.add_argument("--init-timeout", type=_positive, default=5.0, metavar="S")
+    serve.add_argument(
+        "--snapshot-timeout",
+        type=_positive,
+        default=DEFAULT_SNAPSHOT_TIMEOUT_SECONDS,
+        metavar="S",
+        help="how long create_snapshot waits for the SandboxSnapshot to be Ready",
+    )
+    serve.add_argument(
+        "--pause-keeps-filesystem",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pause (and auto-pause) keeps the sandbox's files, where the controller runs the "
+        "snapshot state keeper (default: on)",
+    )
     serve.add_argument("--kube-api-qps", type=float, default=50.0)
     serve.add_argument("--kube-api-burst", type=int, default=100)
     serve.add_argument(
@@ -138,10 +169,30 @@ def build_parser() -> argparse.ArgumentParser:
         ("list", "list key ids"),
         ("revoke", "revoke a key"),
         ("bind", "bind the gateway's tenant role in the namespace (create does it too)"),
+        ("migrate", "copy keys stored in tenant namespaces (older versions) to the gateway's"),
     ):
         cmd = keys_sub.add_parser(name, help=text)
-        cmd.add_argument("--namespace", required=True, help="the tenant namespace")
+        if name in ("create", "bind"):
+            cmd.add_argument(
+                "--namespace", type=_namespace, required=True, help="the tenant namespace"
+            )
+        elif name != "migrate":
+            cmd.add_argument(
+                "--namespace", type=_namespace, default=None, help="only this tenant's keys"
+            )
         cmd.add_argument("--kubeconfig", default=None)
+        cmd.add_argument(
+            "--gateway-namespace",
+            type=_namespace,
+            default=tenant_rbac.DEFAULT_GATEWAY_NAMESPACE,
+            help="the gateway's namespace (its ServiceAccount and API keys)",
+        )
+        if name == "migrate":
+            cmd.add_argument(
+                "--delete-old",
+                action="store_true",
+                help="also delete the old Secrets (once every gateway runs this version)",
+            )
         if name == "create":
             cmd.add_argument("--name", default="", help="a human-readable name")
             cmd.add_argument(
@@ -150,11 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
                 help="do not bind the tenant role (you bind the gateway's rights yourself)",
             )
         if name in ("create", "bind"):
-            cmd.add_argument(
-                "--gateway-namespace",
-                default=tenant_rbac.DEFAULT_GATEWAY_NAMESPACE,
-                help="namespace of the gateway's ServiceAccount",
-            )
             cmd.add_argument(
                 "--gateway-service-account",
                 default=tenant_rbac.DEFAULT_SERVICE_ACCOUNT,
@@ -176,6 +222,7 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         listen=args.listen,
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
+        gateway_namespace=args.gateway_namespace,
         domain=args.domain,
         public_url=args.public_url,
         pod_address_override=args.pod_address_override,
@@ -184,6 +231,8 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         create_timeout_seconds=args.create_timeout,
         default_timeout_seconds=args.default_timeout,
         init_timeout_seconds=args.init_timeout,
+        snapshot_timeout_seconds=args.snapshot_timeout,
+        pause_keeps_filesystem=args.pause_keeps_filesystem,
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
         tls_cert_file=args.tls_cert_file,
@@ -335,27 +384,57 @@ async def _bind(api: ApiClient, args: argparse.Namespace) -> None:
 
 
 async def _keys(args: argparse.Namespace) -> int:
+    gateway_ns = args.gateway_namespace
     async with ApiClient(load_config(args.kubeconfig)) as api:
         if args.keys_command == "bind":
             await _bind(api, args)
             return 0
+        if args.keys_command == "migrate":
+            return await _migrate(api, gateway_ns, delete_old=args.delete_old)
         if args.keys_command == "create":
             # bound first: a key is never handed out for a namespace the gateway cannot serve
             if not args.no_bind:
                 await _bind(api, args)
-            key, info = await tenants.create_key(api, args.namespace, name=args.name)
-            logger.info("created API key %s in namespace %s", info.key_id, info.namespace)
+            key, info = await tenants.create_key(
+                api, args.namespace, gateway_namespace=gateway_ns, name=args.name
+            )
+            logger.info(
+                "created API key %s for namespace %s (Secret in %s)",
+                info.key_id,
+                info.namespace,
+                gateway_ns,
+            )
             sys.stdout.write(f"{key}\n")
             return 0
         if args.keys_command == "list":
-            for info in await tenants.list_keys(api, args.namespace):
-                sys.stdout.write(f"{info.key_id}\t{info.created_at}\t{info.name}\n")
+            for info in await tenants.list_keys(
+                api, gateway_namespace=gateway_ns, tenant=args.namespace
+            ):
+                sys.stdout.write(
+                    f"{info.key_id}\t{info.namespace}\t{info.created_at}\t{info.name}\n"
+                )
             return 0
-        if await tenants.revoke_key(api, args.namespace, args.key):
+        if await tenants.revoke_key(
+            api, args.key, gateway_namespace=gateway_ns, tenant=args.namespace
+        ):
             sys.stdout.write("revoked\n")
             return 0
         sys.stderr.write("no such key\n")
         return 1
+
+
+async def _migrate(api: ApiClient, gateway_namespace: str, *, delete_old: bool) -> int:
+    done = await key_migration.migrate_keys(
+        api, gateway_namespace=gateway_namespace, delete_old=delete_old
+    )
+    for moved in done.moved:
+        line = f"{moved.source}\t{moved.key_id or '-'}\t{moved.outcome}"
+        if moved.deleted:
+            line += "\told Secret deleted"
+        sys.stdout.write(line + (f"\t{moved.detail}" if moved.detail else "") + "\n")
+    if not done.moved:
+        sys.stdout.write("no API keys stored the old way\n")
+    return 0 if done.ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 DEFAULT_LISTEN = ":8080"
 DEFAULT_CREATE_TIMEOUT_SECONDS = 60.0
 DEFAULT_SANDBOX_TIMEOUT_SECONDS = 300
+DEFAULT_SNAPSHOT_TIMEOUT_SECONDS = 300.0
+DEFAULT_SNAPSHOT_ACK_SECONDS = 15.0
 MAX_SANDBOX_TIMEOUT_SECONDS = 30 * 24 * 3600
 
 
@@ -48,6 +50,13 @@ class GatewayOptions:
             running in a cluster, else none.
         enable_tracing: trace creates with OpenTelemetry, exported over OTLP
             (:mod:`kube_agent_sandbox.gateway.tracing`).
+        snapshot_timeout_seconds: how long ``create_snapshot`` waits for the SandboxSnapshot
+            to be Ready (the commit and push included).
+        snapshot_ack_seconds: how long ``create_snapshot`` waits for a snapshot controller to
+            give the new SandboxSnapshot a phase before it says the cluster has none.
+        pause_keeps_filesystem: claims carry ``snapshot-on-suspend: Filesystem`` so that
+            every suspend (pause, auto-pause, the console's) keeps what the sandbox wrote,
+            where the controller runs the state keeper (ignored where it does not).
     """
 
     listen: str = DEFAULT_LISTEN
@@ -69,6 +78,9 @@ class GatewayOptions:
     http2: bool = False
     gateway_namespace: str | None = None
     enable_tracing: bool = False
+    snapshot_timeout_seconds: float = DEFAULT_SNAPSHOT_TIMEOUT_SECONDS
+    snapshot_ack_seconds: float = DEFAULT_SNAPSHOT_ACK_SECONDS
+    pause_keeps_filesystem: bool = True
 
     def __post_init__(self) -> None:
         if self.create_timeout_seconds <= 0:
@@ -77,6 +89,8 @@ class GatewayOptions:
             raise ValueError(f"default timeout must be in 1..{MAX_SANDBOX_TIMEOUT_SECONDS} seconds")
         if self.init_timeout_seconds <= 0:
             raise ValueError("init timeout must be positive")
+        if self.snapshot_timeout_seconds <= 0 or self.snapshot_ack_seconds <= 0:
+            raise ValueError("snapshot timeouts must be positive")
         if self.domain is not None and (not self.domain or self.domain.startswith(".")):
             raise ValueError(f"invalid domain {self.domain!r}")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

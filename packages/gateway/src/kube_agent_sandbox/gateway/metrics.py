@@ -112,6 +112,31 @@ class GatewayMetrics:
             " with; 0 without TLS.",
             registry=reg,
         )
+        self.memory_pauses_total = Counter(
+            "agent_sandbox_gateway_memory_pauses",
+            "Pauses that asked to keep memory (`memory: true`, the default of E2B's JavaScript"
+            " SDK before 2.46): the gateway kept the files only, as memory snapshots are not"
+            " available.",
+            registry=reg,
+        )
+        self.unknown_api_keys_total = Counter(
+            "agent_sandbox_gateway_unknown_api_keys",
+            "Well-formed API keys presented that no key Secret of the gateway's namespace"
+            " holds (revoked, mistyped, or stored the old way: `keys migrate`).",
+            registry=reg,
+        )
+        self.legacy_api_keys = Gauge(
+            "agent_sandbox_gateway_legacy_api_keys",
+            "API-key Secrets of the old layout (in tenant namespaces, not read any more) found"
+            " at startup; 0 also when the gateway may not look (the intended RBAC).",
+            registry=reg,
+        )
+        self.keyless_tenant_namespaces = Gauge(
+            "agent_sandbox_gateway_keyless_tenant_namespaces",
+            "Namespaces holding the gateway's sandboxes that no API key of its namespace"
+            " grants, at startup (their keys may be stored the old way: `keys migrate`).",
+            registry=reg,
+        )
         for plane in (PLANE_CONTROL, PLANE_DATA, PLANE_MCP, PLANE_CONSOLE):
             self.inflight_requests.labels(plane)
         for result in (RESUME_OK, RESUME_FAILED, RESUME_TIMEOUT):

@@ -47,15 +47,17 @@ from kube_agent_sandbox.controller.runtime import (
     load_config,
 )
 from kube_agent_sandbox.gateway.activity import ActivityTracker
-from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY, LABEL_GATEWAY_SANDBOX
+from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY_TENANT, LABEL_GATEWAY_SANDBOX
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.daemon_client import ENVD_PORT, init_daemon
 from kube_agent_sandbox.gateway.egress import own_namespace, resolve_domains
 from kube_agent_sandbox.gateway.egress_refresh import EgressRefresher, Resolver
 from kube_agent_sandbox.gateway.index import NAME_INDEX, SandboxIndex, SandboxRecord, name_index
+from kube_agent_sandbox.gateway.key_migration import check_legacy_keys
 from kube_agent_sandbox.gateway.metrics import GatewayMetrics
 from kube_agent_sandbox.gateway.overdue_pause import OverduePauses
 from kube_agent_sandbox.gateway.resume import Resumer
+from kube_agent_sandbox.gateway.tenant_rbac import DEFAULT_GATEWAY_NAMESPACE
 from kube_agent_sandbox.gateway.tenants import KEY_HASH_INDEX, Tenants, key_hash_index
 from kube_agent_sandbox.gateway.tokens import Tokens, load_secret
 from kube_agent_sandbox.gateway.tracing import tracer_for
@@ -63,6 +65,8 @@ from kube_agent_sandbox.gateway.tracing import tracer_for
 logger = logging.getLogger(__name__)
 
 CACHE_SYNC_TIMEOUT = 120.0
+UNKNOWN_KEYS_LOGGED = 1000
+"""Distinct unknown key ids logged per process (every one is counted)."""
 HEARTBEAT_PATH = "/_gateway/heartbeat"
 
 
@@ -119,6 +123,9 @@ class GatewayState:
         """The HTTP client of the gateway's own calls to daemons (``/init``)."""
         self.data_plane: ASGIApp | None = None
         """The data-plane ASGI app, built by the app on first use."""
+        self.key_namespace = own_namespace(options.gateway_namespace) or DEFAULT_GATEWAY_NAMESPACE
+        """Where the API-key Secrets are: the gateway's own namespace."""
+        self._unknown_keys: set[str] = set()
         self.started = False
         self._manager: Manager | None = None
         self._manager_run: asyncio.Task[None] | None = None
@@ -164,7 +171,10 @@ class GatewayState:
         claims.add_index(NAME_INDEX, name_index)
         sandboxes = manager.informer(SANDBOXES)
         pods = manager.informer(PODS, label_selector=c.LABEL_SANDBOX_NAME_HASH)
-        secrets = manager.informer(SECRETS, label_selector=f"{LABEL_API_KEY}=true")
+        # keys live in the gateway's own namespace only (its Role there; issue 21)
+        secrets = manager.informer(
+            SECRETS, label_selector=LABEL_API_KEY_TENANT, namespace=self.key_namespace
+        )
         secrets.add_index(KEY_HASH_INDEX, key_hash_index)
         # a create resolves its template from these (no API read on the warm path)
         warm_pools = manager.informer(SANDBOX_WARM_POOLS)
@@ -186,7 +196,9 @@ class GatewayState:
             warm_pools=warm_pools,
             templates=templates,
         )
-        self._tenants = Tenants(secrets)
+        self._tenants = Tenants(
+            secrets, only_namespace=self.options.namespace, on_unknown=self._unknown_key
+        )
         index = self._index
         handler = EventHandler(
             on_add=index.notify,
@@ -224,7 +236,12 @@ class GatewayState:
         self._manager_run = asyncio.create_task(manager.run(), name="gateway-manager")
         await _until_started(manager, self._manager_run)
         self.started = True
-        logger.info("gateway caches synced (namespace: %s)", self.options.namespace or "all")
+        logger.info(
+            "gateway caches synced (namespace: %s, API keys in namespace %s)",
+            self.options.namespace or "all",
+            self.key_namespace,
+        )
+        await self._report_legacy_keys()
 
     async def stop(self) -> None:
         """Stop the helpers and the caches; close the client if this state made it."""
@@ -243,6 +260,54 @@ class GatewayState:
             await self._api.close()
             self._api = None
         self.started = False
+
+    def _unknown_key(self, ident: str) -> None:
+        self.metrics.unknown_api_keys_total.inc()
+        if ident in self._unknown_keys or len(self._unknown_keys) >= UNKNOWN_KEYS_LOGGED:
+            return
+        self._unknown_keys.add(ident)
+        logger.warning(
+            "unknown API key %s: revoked, mistyped, or created before keys moved to namespace"
+            " %s (run `agent-sandbox-gateway keys migrate --gateway-namespace %s`)",
+            ident,
+            self.key_namespace,
+            self.key_namespace,
+        )
+
+    async def _report_legacy_keys(self) -> None:
+        """Say loudly when keys of the old layout (in tenant namespaces) may be left behind."""
+        try:
+            found = await check_legacy_keys(
+                self.api,
+                keys=self.informers["secrets"].list(),
+                sandbox_namespaces={
+                    (claim.get("metadata") or {}).get("namespace", "")
+                    for claim in self.index.claims.list()
+                },
+            )
+        except Exception:
+            logger.exception("looking for API keys of the old layout failed")
+            return
+        migrate = f"agent-sandbox-gateway keys migrate --gateway-namespace {self.key_namespace}"
+        if found.legacy:
+            self.metrics.legacy_api_keys.set(sum(found.legacy.values()))
+            logger.error(
+                "%d API keys are stored the old way in tenant namespaces (%s) and no longer"
+                " authenticate: run `%s` (docs/guides/gateway.md, Upgrading)",
+                sum(found.legacy.values()),
+                ", ".join(f"{ns}: {n}" for ns, n in sorted(found.legacy.items())),
+                migrate,
+            )
+        self.metrics.keyless_tenant_namespaces.set(len(found.keyless))
+        if found.keyless:
+            logger.warning(
+                "namespaces %s hold this gateway's sandboxes but no API key in namespace %s"
+                " grants them; keys created before keys moved there no longer authenticate:"
+                " run `%s` (docs/guides/gateway.md, Upgrading)",
+                ", ".join(found.keyless),
+                self.key_namespace,
+                migrate,
+            )
 
     def _gateway_records(self) -> Iterator[SandboxRecord]:
         """The records of the claims this gateway created."""

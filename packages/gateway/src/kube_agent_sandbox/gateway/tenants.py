@@ -1,10 +1,14 @@
-"""API keys and tenants: a key maps to the namespace its hash is stored in.
+"""API keys and tenants: a key maps to the tenant namespace its Secret's label names.
 
 A key is ``e2b_`` + 40 lowercase hex digits (accepted by every E2B SDK's client-side check).
-Only its SHA-256 is stored, in a Secret labelled :data:`LABEL_API_KEY` in the tenant
-namespace; the key itself is shown once, when created, and never logged. Revoking a key
-deletes its Secret. The gateway caches the labelled Secrets with an informer and looks a
-presented key up by its hash.
+Only its SHA-256 is stored, in a Secret of the gateway's own namespace labelled
+:data:`LABEL_API_KEY_TENANT` with the tenant namespace it grants; the key itself is shown
+once, when created, and never logged. Revoking a key deletes its Secret. The gateway caches
+the labelled Secrets of its namespace with an informer (its Role there: no Secret right in
+any other namespace) and looks a presented key up by its hash.
+
+Keys of the old layout (issue 21: the Secret in the tenant namespace, labelled
+:data:`~.annotations.LABEL_API_KEY`) are not read any more: :mod:`.key_migration` copies them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import hashlib
 import logging
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -25,7 +29,7 @@ from kube_agent_sandbox.controller.runtime import Client, Obj, Reader
 from kube_agent_sandbox.gateway.annotations import (
     ANNOTATION_API_KEY_CREATED,
     ANNOTATION_API_KEY_NAME,
-    LABEL_API_KEY,
+    LABEL_API_KEY_TENANT,
 )
 
 logger = logging.getLogger(__name__)
@@ -37,6 +41,7 @@ SECRET_NAME_PREFIX: Final = "gateway-api-key-"
 HASH_FIELD: Final = "sha256"
 KEY_HASH_INDEX: Final = "gateway-api-key-sha256"
 KEY_ID_LENGTH: Final = 12
+NAMESPACE_PATTERN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,31 +99,63 @@ def secret_name(key_hash: str) -> str:
     return SECRET_NAME_PREFIX + key_id(key_hash)
 
 
-def key_secret(namespace: str, key: str, *, name: str = "", now: datetime | None = None) -> Obj:
-    """The Secret manifest storing ``key``'s hash in ``namespace``.
+def is_namespace_name(name: str) -> bool:
+    """Whether ``name`` can be a namespace's name (an RFC 1123 label)."""
+    return NAMESPACE_PATTERN.fullmatch(name) is not None
+
+
+def key_secret(
+    tenant: str,
+    key: str,
+    *,
+    gateway_namespace: str,
+    name: str = "",
+    now: datetime | None = None,
+) -> Obj:
+    """The Secret manifest storing ``key``'s hash, granting ``tenant``, in the gateway's namespace.
 
     Raises:
-        ValueError: if ``key`` has the wrong format.
+        ValueError: if ``key`` has the wrong format or a namespace name is not one.
     """
     if not is_valid_key(key):
         raise ValueError("an API key is e2b_ followed by 40 lowercase hex digits")
-    digest = hash_key(key)
     created = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     annotations = {ANNOTATION_API_KEY_CREATED: created}
     if name:
         annotations[ANNOTATION_API_KEY_NAME] = name
+    return hash_secret(tenant, hash_key(key), gateway_namespace, annotations)
+
+
+def hash_secret(
+    tenant: str, digest: str, gateway_namespace: str, annotations: dict[str, str]
+) -> Obj:
+    """The Secret of a key's hash ``digest`` granting ``tenant`` (also what ``keys migrate``
+    writes for a key of the old layout).
+
+    Raises:
+        ValueError: if a namespace name is not one.
+    """
+    for what, value in (("tenant", tenant), ("gateway", gateway_namespace)):
+        if not is_namespace_name(value):
+            raise ValueError(f"{what} namespace {value!r} is not a valid namespace name")
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {
             "name": secret_name(digest),
-            "namespace": namespace,
-            "labels": {LABEL_API_KEY: "true"},
-            "annotations": annotations,
+            "namespace": gateway_namespace,
+            "labels": {LABEL_API_KEY_TENANT: tenant},
+            "annotations": dict(annotations),
         },
         "data": {HASH_FIELD: base64.b64encode(digest.encode()).decode()},
     }
+
+
+def key_tenant(secret: Obj) -> str | None:
+    """The tenant namespace an API-key Secret grants, or None when its label names none."""
+    tenant = ((secret.get("metadata") or {}).get("labels") or {}).get(LABEL_API_KEY_TENANT)
+    return tenant if isinstance(tenant, str) and is_namespace_name(tenant) else None
 
 
 def stored_hash(secret: Obj) -> str | None:
@@ -142,35 +179,50 @@ def key_hash_index(secret: Obj) -> Iterable[str]:
 
 
 def key_info(secret: Obj) -> KeyInfo | None:
-    """How an API-key Secret is listed, or None when it holds no valid hash."""
+    """How an API-key Secret is listed, or None when it holds no valid hash or tenant."""
     digest = stored_hash(secret)
-    if digest is None:
+    tenant = key_tenant(secret)
+    if digest is None or tenant is None:
         return None
-    meta = secret.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
     return KeyInfo(
         key_id=key_id(digest),
-        namespace=meta.get("namespace", ""),
+        namespace=tenant,
         name=annotations.get(ANNOTATION_API_KEY_NAME, ""),
         created_at=annotations.get(ANNOTATION_API_KEY_CREATED, ""),
     )
+
+
+UnknownKey = Callable[[str], None]
+"""Told the id of each well-formed key that matches no Secret (for logs and metrics)."""
 
 
 class Tenants:
     """Authenticates API keys against the cached key Secrets.
 
     Args:
-        secrets_cache: a Reader of the labelled Secrets with the :data:`KEY_HASH_INDEX`
-            index (see :func:`key_hash_index`).
+        secrets_cache: a Reader of the key Secrets of the gateway's namespace with the
+            :data:`KEY_HASH_INDEX` index (see :func:`key_hash_index`).
+        only_namespace: the one tenant namespace served (``serve --namespace``): keys of
+            other tenants are refused; every tenant when None.
+        on_unknown: called with the key id of a well-formed key no Secret holds.
     """
 
-    def __init__(self, secrets_cache: Reader) -> None:
+    def __init__(
+        self,
+        secrets_cache: Reader,
+        *,
+        only_namespace: str | None = None,
+        on_unknown: UnknownKey | None = None,
+    ) -> None:
         self._secrets = secrets_cache
+        self._only = only_namespace
+        self._on_unknown = on_unknown
 
     def authenticate(self, key: str | None) -> Tenant | None:
         """The tenant of ``key``, or None for a missing, malformed or unknown key.
 
-        Two Secrets of one key in different namespaces make the key ambiguous: refused.
+        Two Secrets of one key granting different namespaces make the key ambiguous: refused.
         """
         if not key or not is_valid_key(key):
             return None
@@ -180,33 +232,54 @@ class Tenants:
             for s in self._secrets.by_index(KEY_HASH_INDEX, digest)
             if not (s.get("metadata") or {}).get("deletionTimestamp")
         ]
-        namespaces = {(s.get("metadata") or {}).get("namespace", "") for s in found}
-        if len(namespaces) != 1:
-            if len(namespaces) > 1:
-                logger.warning("API key %s is in several namespaces: refused", key_id(digest))
+        granted = {key_tenant(s) for s in found} - {None}
+        if len(granted) != 1:
+            if len(granted) > 1:
+                logger.warning("API key %s grants several namespaces: refused", key_id(digest))
+            elif self._on_unknown is not None:
+                self._on_unknown(key_id(digest))
             return None
-        return Tenant(namespace=namespaces.pop(), key_id=key_id(digest))
+        tenant = granted.pop()
+        if tenant is None or (self._only is not None and tenant != self._only):
+            return None
+        return Tenant(namespace=tenant, key_id=key_id(digest))
 
 
-async def create_key(api: Client, namespace: str, *, name: str = "") -> tuple[str, KeyInfo]:
-    """Create a key for ``namespace``; returns the key (show it once) and its listing."""
+async def create_key(
+    api: Client, tenant: str, *, gateway_namespace: str, name: str = ""
+) -> tuple[str, KeyInfo]:
+    """Create a key for ``tenant`` in the gateway's namespace; returns the key (show it once)
+    and its listing.
+
+    Raises:
+        ValueError: a namespace name is not one.
+    """
     key = generate_key()
-    secret = await api.create(SECRETS, namespace, key_secret(namespace, key, name=name))
+    body = key_secret(tenant, key, gateway_namespace=gateway_namespace, name=name)
+    secret = await api.create(SECRETS, gateway_namespace, body)
     info = key_info(secret)
     if info is None:  # pragma: no cover - the API server returns what we sent
         raise RuntimeError("the created Secret holds no key hash")
     return key, info
 
 
-async def list_keys(api: Client, namespace: str) -> list[KeyInfo]:
-    """The keys of ``namespace`` (ids, names, creation times; never keys)."""
-    page = await api.list(SECRETS, namespace, label_selector=f"{LABEL_API_KEY}=true")
+async def list_keys(
+    api: Client, *, gateway_namespace: str, tenant: str | None = None
+) -> list[KeyInfo]:
+    """The keys (ids, tenants, names, creation times; never keys), of ``tenant`` or all."""
+    selector = LABEL_API_KEY_TENANT + (f"={tenant}" if tenant is not None else "")
+    page = await api.list(SECRETS, gateway_namespace, label_selector=selector)
     infos = [key_info(item) for item in page.get("items") or []]
-    return sorted((i for i in infos if i is not None), key=lambda i: (i.created_at, i.key_id))
+    return sorted(
+        (i for i in infos if i is not None), key=lambda i: (i.namespace, i.created_at, i.key_id)
+    )
 
 
-async def revoke_key(api: Client, namespace: str, key_or_id: str) -> bool:
-    """Delete the Secret of a key, named by the key itself or by its id; False if absent.
+async def revoke_key(
+    api: Client, key_or_id: str, *, gateway_namespace: str, tenant: str | None = None
+) -> bool:
+    """Delete the Secret of a key, named by the key itself or by its id; False if absent
+    (or, with ``tenant``, granting another namespace).
 
     Raises:
         ValueError: if ``key_or_id`` is neither a key nor a 12-hex-digit id.
@@ -217,8 +290,8 @@ async def revoke_key(api: Client, namespace: str, key_or_id: str) -> bool:
         ident = key_or_id
     else:
         raise ValueError("give the key itself or its 12-hex-digit id")
-    for info in await list_keys(api, namespace):
+    for info in await list_keys(api, gateway_namespace=gateway_namespace, tenant=tenant):
         if info.key_id == ident:
-            await api.delete(SECRETS, namespace, SECRET_NAME_PREFIX + ident)
+            await api.delete(SECRETS, gateway_namespace, SECRET_NAME_PREFIX + ident)
             return True
     return False

@@ -17,17 +17,26 @@ from typing import Any
 import httpx
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
+from kube_agent_sandbox.api.resources import (
+    SANDBOX_CLAIMS,
+    SANDBOX_SNAPSHOTS,
+    SANDBOX_WARM_POOLS,
+    SANDBOXES,
+)
 from kube_agent_sandbox.api.rest import PODS, SECRETS
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj
 from kube_agent_sandbox.gateway.app import build_app
 from kube_agent_sandbox.gateway.config import GatewayOptions
 from kube_agent_sandbox.gateway.state import GatewayState
+from kube_agent_sandbox.gateway.tenant_rbac import DEFAULT_GATEWAY_NAMESPACE
 from kube_agent_sandbox.gateway.tenants import generate_key, key_secret
 from kube_agent_sandbox.gateway.tokens import Tokens
 
 TENANT = "tenant-a"
 OTHER = "tenant-b"
+GATEWAY_NS = DEFAULT_GATEWAY_NAMESPACE
+"""The gateway's own namespace, where its API-key Secrets are (the default: no option set, no
+ServiceAccount file; setting it would also change the egress NetworkPolicies)."""
 TOKEN_SECRET = b"0123456789abcdef0123"
 
 
@@ -148,21 +157,24 @@ def add_pool(api: FakeApi, namespace: str, name: str) -> None:
 
 @contextlib.asynccontextmanager
 async def started_gateway(
-    *, domain: str | None = None, base_url: str = "http://gw"
+    *, domain: str | None = None, base_url: str = "http://gw", **options_: Any
 ) -> AsyncIterator[Gateway]:
     """A started gateway with tenants A and B, a pool ``base`` in both, a fake controller.
 
     Args:
         domain: the gateway's ``--domain`` (None: none configured).
         base_url: where the test client sends requests (its Host).
+        options_: other :class:`GatewayOptions` fields.
     """
     api = FakeApi()
     key, other_key = generate_key(), generate_key()
-    api.add(SECRETS, key_secret(TENANT, key))
-    api.add(SECRETS, key_secret(OTHER, other_key))
+    api.add(SECRETS, key_secret(TENANT, key, gateway_namespace=GATEWAY_NS))
+    api.add(SECRETS, key_secret(OTHER, other_key, gateway_namespace=GATEWAY_NS))
     add_pool(api, TENANT, "base")
     add_pool(api, OTHER, "base")
-    options = GatewayOptions(create_timeout_seconds=2, init_timeout_seconds=0.2, domain=domain)
+    options = GatewayOptions(
+        create_timeout_seconds=2, init_timeout_seconds=0.2, domain=domain, **options_
+    )
     state = GatewayState(options, api=api, tokens=Tokens(TOKEN_SECRET))
     app = build_app(state)
     await state.start()
@@ -207,3 +219,48 @@ def claim_of(api: FakeApi, name: str, namespace: str = TENANT) -> dict[str, Any]
     obj = api.obj(SANDBOX_CLAIMS, name, namespace)
     assert obj is not None
     return obj
+
+
+@contextlib.asynccontextmanager
+async def snapshot_controller(api: FakeApi, outcome: str = "Ready") -> AsyncIterator[list[str]]:
+    """Give every new SandboxSnapshot ``outcome``; yields the names it saw."""
+    seen: list[str] = []
+
+    async def run() -> None:
+        while True:
+            for obj in api.objects(SANDBOX_SNAPSHOTS):
+                meta = obj["metadata"]
+                if meta["uid"] in seen:
+                    continue
+                seen.append(meta["uid"])
+
+                def finish(o: Obj) -> None:
+                    if outcome == "Ready":
+                        o["status"] = {
+                            "phase": "Ready",
+                            "image": f"reg.example/{o['metadata']['name']}@sha256:{'a' * 64}",
+                            "size": 42,
+                        }
+                    else:
+                        o["status"] = {
+                            "phase": "Failed",
+                            "conditions": [
+                                {
+                                    "type": "Ready",
+                                    "status": "False",
+                                    "reason": outcome,
+                                    "message": "registry down",
+                                }
+                            ],
+                        }
+
+                api.mutate(SANDBOX_SNAPSHOTS, meta["name"], finish, namespace=meta["namespace"])
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(run())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

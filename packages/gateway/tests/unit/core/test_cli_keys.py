@@ -10,6 +10,7 @@ import pytest
 from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import FakeApi
 from kube_agent_sandbox.gateway import cli, tenants
+from kube_agent_sandbox.gateway.annotations import LABEL_API_KEY
 
 
 class _FakeClient(FakeApi):
@@ -52,12 +53,19 @@ def test_keys_create_list_revoke(
     (secret,) = fake_cluster.objects(SECRETS)
     assert key not in str(secret)
     assert tenants.stored_hash(secret) == tenants.hash_key(key)
+    # in the gateway's namespace (the install's by default), granting the tenant
+    assert secret["metadata"]["namespace"] == "agent-sandbox-system"
+    assert tenants.key_tenant(secret) == "team"
     code, out, _ = _run(["keys", "list", "--namespace=team"], capsys)
     assert code == 0
     key_id = tenants.hash_key(key)[:12]
-    assert out.startswith(key_id)
+    assert out.startswith(f"{key_id}\tteam\t")
     assert "ci" in out
     assert key not in out
+    code, out, _ = _run(["keys", "list", "--namespace=other"], capsys)
+    assert (code, out) == (0, "")
+    code, out, _ = _run(["keys", "list", "--gateway-namespace=elsewhere"], capsys)
+    assert (code, out) == (0, "")
     code, out, err = _run(["keys", "revoke", "--namespace=team", "0" * 12], capsys)
     assert code == 1
     assert "no such key" in err
@@ -80,3 +88,42 @@ def test_keys_report_cluster_errors(
     assert code == 1
     assert out == ""
     assert "forbidden" in err
+
+
+def test_keys_refuse_bad_namespace_names(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (
+        ["keys", "create", "--namespace=Team_A"],
+        ["keys", "list", "--gateway-namespace=a.b"],
+        ["keys", "migrate", "--gateway-namespace="],
+        ["serve", "--gateway-namespace=-x"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 2
+        assert "is not a valid namespace name" in capsys.readouterr().err
+
+
+def test_keys_migrate(fake_cluster: _FakeClient, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["keys", "migrate"], capsys)
+    assert (code, out) == (0, "no API keys stored the old way\n")
+    key = tenants.generate_key()
+    old = tenants.key_secret("team", key, gateway_namespace="team")
+    old["metadata"]["labels"] = {LABEL_API_KEY: "true"}
+    fake_cluster.add(SECRETS, old)
+    code, out, _ = _run(["keys", "migrate", "--gateway-namespace=gw"], capsys)
+    ident = tenants.hash_key(key)[:12]
+    assert (code, out) == (0, f"team/gateway-api-key-{ident}\t{ident}\tcopied\n")
+    code, out, _ = _run(["keys", "list", "--gateway-namespace=gw"], capsys)
+    assert out.startswith(f"{ident}\tteam\t")
+    code, out, _ = _run(["keys", "migrate", "--gateway-namespace=gw", "--delete-old"], capsys)
+    assert code == 0
+    assert out.endswith("\talready migrated\told Secret deleted\n")
+    assert fake_cluster.obj(SECRETS, f"gateway-api-key-{ident}", "team") is None
+    # a Secret that holds no key is named, and the command fails
+    broken = tenants.key_secret("team", tenants.generate_key(), gateway_namespace="team")
+    broken["metadata"]["labels"] = {LABEL_API_KEY: "true"}
+    broken["data"]["sha256"] = "!!"
+    fake_cluster.add(SECRETS, broken)
+    code, out, _ = _run(["keys", "migrate", "--gateway-namespace=gw"], capsys)
+    assert code == 1
+    assert "\t-\tskipped\tholds no valid key hash\n" in out

@@ -11,10 +11,18 @@ from typing import Any
 
 import pytest
 from controlplane_helpers import create_sandbox
-from gateway_fakes import OTHER, TENANT, Gateway, claim_of, ready_condition
+from gateway_fakes import (
+    OTHER,
+    TENANT,
+    Gateway,
+    claim_of,
+    ready_condition,
+    snapshot_controller,
+    started_gateway,
+)
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.gateway.console import routes, view
 from kube_agent_sandbox.gateway.console.details import CORE_EVENTS, event_row
 
@@ -95,18 +103,19 @@ async def test_view_lists_the_tenants_sandboxes_and_pools_only(gateway: Gateway)
     assert mine["actions"] == {
         "suspend": None,
         "resume": "Not suspended.",
-        "snapshot": view.SNAPSHOT_UNAVAILABLE,
+        "snapshot": None,
         "delete": None,
     }
     bare = row(body, "by-kubectl")
     assert bare["kind"] == view.KIND_SANDBOX
     assert bare["actions"]["delete"] == view.NOT_GATEWAY_DELETE
     assert bare["actions"]["suspend"] is None
+    assert bare["actions"]["snapshot"] == view.NOT_GATEWAY_SNAPSHOT
     member = row(body, "base-abcde")
     assert member["kind"] == view.KIND_POOL_MEMBER
     assert member["pool"] == "base"
     assert member["template"] == "base"  # the pool's
-    assert set(member["actions"].values()) == {view.POOL_OWNED, view.SNAPSHOT_UNAVAILABLE}
+    assert set(member["actions"].values()) == {view.POOL_OWNED}
     assert [p["name"] for p in body["pools"]] == ["base"]
     assert body["pools"][0] | {"created": ""} == {
         "name": "base",
@@ -230,12 +239,54 @@ async def test_bare_sandboxes_suspend_and_resume_but_are_not_deleted(gateway: Ga
     assert view.POOL_OWNED in member.json()["message"]
 
 
-async def test_snapshot_is_not_an_endpoint(gateway: Gateway) -> None:
+async def test_snapshot_action_takes_a_snapshot_and_says_what_it_is(gateway: Gateway) -> None:
     sid = await create_sandbox(gateway)
-    response = await gateway.client.post(
+    async with snapshot_controller(gateway.api):
+        response = await gateway.client.post(
+            f"{API}/sandboxes/{sid}/snapshot", headers=gateway.headers()
+        )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["snapshotID"].startswith(f"{sid}-")
+    assert body["image"].startswith("reg.example/")
+    assert body["size"] == 42
+    stored = gateway.api.obj(SANDBOX_SNAPSHOTS, body["snapshotID"], TENANT)
+    assert stored is not None
+    assert stored["spec"]["sandboxName"] == f"pool-{sid[:8]}"
+    other = await gateway.client.post(
+        f"{API}/sandboxes/{sid}/snapshot", headers=gateway.headers(gateway.other_key)
+    )
+    assert other.status_code == 404
+
+
+async def test_snapshot_action_refusals_say_why(gateway: Gateway) -> None:
+    sid = await create_sandbox(gateway)
+    paused = await gateway.client.post(f"/sandboxes/{sid}/pause", headers=gateway.headers())
+    assert paused.status_code == 204
+    await gateway.state.index.wait_for(
+        sid, lambda r: r is not None and r.suspended, namespace=TENANT, within=2
+    )
+    refused = await gateway.client.post(
         f"{API}/sandboxes/{sid}/snapshot", headers=gateway.headers()
     )
-    assert response.status_code in (404, 405)
+    assert refused.status_code == 409
+    assert "Not running" in refused.json()["message"]
+    gateway.api.add(SANDBOXES, bare_sandbox("by-kubectl"))
+    await _until(gateway, lambda b: any(r["id"] == "by-kubectl" for r in b["sandboxes"]))
+    bare = await gateway.client.post(
+        f"{API}/sandboxes/by-kubectl/snapshot", headers=gateway.headers()
+    )
+    assert bare.status_code == 409
+    assert "agent-sandbox snapshot create" in bare.json()["message"]
+    assert gateway.api.objects(SANDBOX_SNAPSHOTS) == []
+
+
+async def test_snapshot_action_without_a_controller_says_what_to_run() -> None:
+    async with started_gateway(snapshot_ack_seconds=0.3) as gw:
+        sid = await create_sandbox(gw)
+        response = await gw.client.post(f"{API}/sandboxes/{sid}/snapshot", headers=gw.headers())
+    assert response.status_code == 400
+    assert "--snapshot-registry" in response.json()["message"]
 
 
 async def test_details_carry_events_and_say_why_logs_are_missing(gateway: Gateway) -> None:

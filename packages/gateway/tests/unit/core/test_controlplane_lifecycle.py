@@ -8,12 +8,14 @@ import urllib.parse
 from typing import Any
 
 import httpx
+import pytest
 from controlplane_helpers import create_sandbox as _create
 from gateway_fakes import TENANT, Gateway, claim_of
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOXES,
@@ -76,6 +78,52 @@ async def test_set_timeout_overwrites_and_connect_only_extends(gateway: Gateway)
         assert response.status_code == 400, bad
 
 
+async def test_claims_ask_their_suspends_to_keep_the_files(gateway: Gateway) -> None:
+    sid = await _create(gateway)
+    annotations = claim_of(gateway.api, sid)["metadata"]["annotations"]
+    assert annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] == keepstate.MODE_FILESYSTEM
+
+
+async def test_pause_asking_for_memory_keeps_the_files_and_says_so(gateway: Gateway) -> None:
+    # E2B's JavaScript SDK before 2.46 sends memory: true on every pause()
+    sid = await _create(gateway)
+    before = gateway.state.metrics.memory_pauses_total._value.get()
+    response = await gateway.client.post(
+        f"/sandboxes/{sid}/pause", json={"memory": True}, headers=gateway.headers()
+    )
+    assert response.status_code == 204
+    assert response.headers["X-Agent-Sandbox-Kept"] == "filesystem"
+    assert gateway.state.metrics.memory_pauses_total._value.get() == before + 1
+    sandbox = gateway.api.obj(SANDBOXES, f"pool-{sid[:8]}", TENANT)
+    assert sandbox is not None
+    assert sandbox["spec"]["operatingMode"] == "Suspended"
+    claim = claim_of(gateway.api, sid)
+    assert (
+        claim["metadata"]["annotations"][keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND]
+        == keepstate.MODE_FILESYSTEM
+    )
+
+
+@pytest.mark.parametrize("body", [b"[1]", b'{"memory": "yes"}', b'{"memory": 1}'])
+async def test_pause_with_a_bad_body_is_refused_and_changes_nothing(
+    gateway: Gateway, body: bytes
+) -> None:
+    sid = await _create(gateway)
+    bad = await gateway.client.post(
+        f"/sandboxes/{sid}/pause",
+        content=body,
+        headers={**gateway.headers(), "content-type": "application/json"},
+    )
+    assert bad.status_code == 400
+    sandbox = gateway.api.obj(SANDBOXES, f"pool-{sid[:8]}", TENANT)
+    assert sandbox is not None
+    assert sandbox["spec"].get("operatingMode") != "Suspended"
+    ok = await gateway.client.post(
+        f"/sandboxes/{sid}/pause", json={"memory": False}, headers=gateway.headers()
+    )
+    assert ok.status_code == 204
+
+
 async def test_pause_then_connect_resumes(gateway: Gateway) -> None:
     sid = await _create(gateway)
     sandbox_name = f"pool-{sid[:8]}"
@@ -84,6 +132,10 @@ async def test_pause_then_connect_resumes(gateway: Gateway) -> None:
     sandbox = gateway.api.obj(SANDBOXES, sandbox_name, TENANT)
     assert sandbox is not None
     assert sandbox["spec"]["operatingMode"] == "Suspended"
+    # the pause keeps the files (where the controller runs the state keeper)
+    assert sandbox["metadata"]["annotations"][keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] == (
+        keepstate.MODE_FILESYSTEM
+    )
     assert "lifecycle" not in claim_of(gateway.api, sid)["spec"]  # paused: no expiry
     # the fake "controller" suspends: Suspended=True, pod gone
     from kube_agent_sandbox.api.rest import PODS

@@ -13,7 +13,7 @@ import pytest
 from kube_agent_sandbox.api.rest import SECRETS
 from kube_agent_sandbox.controller.runtime import ApiError, FakeApi
 from kube_agent_sandbox.gateway import cli, tenants
-from kube_agent_sandbox.gateway.annotations import ANNOTATION_ENV_KEPT
+from kube_agent_sandbox.gateway.annotations import ANNOTATION_ENV_KEPT, LABEL_API_KEY_TENANT
 from kube_agent_sandbox.gateway.app import parse_host
 from kube_agent_sandbox.gateway.config import GatewayOptions, parse_listen, parse_port_map
 from kube_agent_sandbox.gateway.controlplane.ids import (
@@ -67,6 +67,9 @@ def test_load_secret(tmp_path: object) -> None:
 
 
 # -- API keys ----------------------------------------------------------------------------------
+GW = "gateway-system"
+
+
 def test_key_format_and_hashing() -> None:
     key = tenants.generate_key()
     assert tenants.is_valid_key(key)
@@ -75,28 +78,42 @@ def test_key_format_and_hashing() -> None:
     assert key != tenants.generate_key()
     for bad in ("", "e2b_", "e2b_" + "A" * 40, "e2b_" + "0" * 39, "x2b_" + "0" * 40, key + "0"):
         assert not tenants.is_valid_key(bad)
-    secret = tenants.key_secret("ns", key, name="ci")
+    secret = tenants.key_secret("ns", key, gateway_namespace=GW, name="ci")
     assert key not in json.dumps(secret)
     stored = base64.b64decode(secret["data"]["sha256"]).decode()
     assert stored == tenants.hash_key(key)
     assert secret["metadata"]["name"] == "gateway-api-key-" + stored[:12]
+    # stored in the gateway's namespace, naming the tenant it grants
+    assert secret["metadata"]["namespace"] == GW
+    assert secret["metadata"]["labels"] == {LABEL_API_KEY_TENANT: "ns"}
+    assert tenants.key_tenant(secret) == "ns"
     with pytest.raises(ValueError, match="40 lowercase hex"):
-        tenants.key_secret("ns", "e2b_nothex")
+        tenants.key_secret("ns", "e2b_nothex", gateway_namespace=GW)
+    for tenant, gateway in (("Bad_NS", GW), ("", GW), ("ns", "x" * 64)):
+        with pytest.raises(ValueError, match="not a valid namespace name"):
+            tenants.key_secret(tenant, key, gateway_namespace=gateway)
 
 
-async def test_authenticate_maps_keys_to_namespaces() -> None:
+async def test_authenticate_maps_keys_to_the_namespaces_they_grant() -> None:
     api = FakeApi()
     key_a, key_b, dup = tenants.generate_key(), tenants.generate_key(), tenants.generate_key()
-    api.add(SECRETS, tenants.key_secret("a", key_a))
-    api.add(SECRETS, tenants.key_secret("b", key_b))
-    api.add(SECRETS, tenants.key_secret("a", dup))
-    api.add(SECRETS, tenants.key_secret("b", dup))
-    garbage = tenants.key_secret("a", tenants.generate_key())
+    api.add(SECRETS, tenants.key_secret("a", key_a, gateway_namespace=GW))
+    api.add(SECRETS, tenants.key_secret("b", key_b, gateway_namespace=GW))
+    api.add(SECRETS, tenants.key_secret("a", dup, gateway_namespace=GW))
+    second = tenants.key_secret("b", dup, gateway_namespace=GW)
+    second["metadata"]["name"] += "-copy"
+    api.add(SECRETS, second)
+    garbage = tenants.key_secret("a", tenants.generate_key(), gateway_namespace=GW)
     garbage["metadata"]["name"] = "garbage"
     garbage["data"]["sha256"] = "!!notbase64"
     api.add(SECRETS, garbage)
+    no_tenant = tenants.generate_key()
+    unlabelled = tenants.key_secret("a", no_tenant, gateway_namespace=GW)
+    unlabelled["metadata"]["labels"][LABEL_API_KEY_TENANT] = "Not_A_Namespace"
+    api.add(SECRETS, unlabelled)
     reader = api.reader(SECRETS, indexes={tenants.KEY_HASH_INDEX: tenants.key_hash_index})
-    auth = tenants.Tenants(reader)
+    unknown: list[str] = []
+    auth = tenants.Tenants(reader, on_unknown=unknown.append)
     tenant = auth.authenticate(key_a)
     assert tenant is not None
     assert tenant.namespace == "a"
@@ -105,28 +122,45 @@ async def test_authenticate_maps_keys_to_namespaces() -> None:
     assert other is not None
     assert other.namespace == "b"
     assert auth.authenticate(dup) is None  # ambiguous: refused
-    assert auth.authenticate(tenants.generate_key()) is None
+    assert auth.authenticate(no_tenant) is None  # grants no valid namespace
+    stranger = tenants.generate_key()
+    assert auth.authenticate(stranger) is None
     assert auth.authenticate(None) is None
     assert auth.authenticate("") is None
     assert auth.authenticate(key_a.upper()) is None
+    # only well-formed keys no Secret holds are reported (a malformed one is no key at all)
+    assert unknown == [tenants.hash_key(no_tenant)[:12], tenants.hash_key(stranger)[:12]]
+    # a gateway serving one namespace refuses the other tenants' keys
+    only_a = tenants.Tenants(reader, only_namespace="a")
+    assert only_a.authenticate(key_a) == tenant
+    assert only_a.authenticate(key_b) is None
 
 
 async def test_create_list_revoke_keys() -> None:
     api = FakeApi()
-    key, info = await tenants.create_key(api, "team", name="laptop")
+    key, info = await tenants.create_key(api, "team", gateway_namespace=GW, name="laptop")
     assert tenants.is_valid_key(key)
     assert info.namespace == "team"
     assert info.name == "laptop"
-    listed = await tenants.list_keys(api, "team")
+    assert api.obj(SECRETS, "gateway-api-key-" + info.key_id, GW) is not None
+    _, other = await tenants.create_key(api, "elsewhere", gateway_namespace=GW)
+    listed = await tenants.list_keys(api, gateway_namespace=GW, tenant="team")
     assert [i.key_id for i in listed] == [info.key_id]
-    assert await tenants.list_keys(api, "elsewhere") == []
+    everything = await tenants.list_keys(api, gateway_namespace=GW)
+    assert [(i.namespace, i.key_id) for i in everything] == [
+        ("elsewhere", other.key_id),
+        ("team", info.key_id),
+    ]
+    assert await tenants.list_keys(api, gateway_namespace="team") == []
     with pytest.raises(ValueError, match="12-hex-digit"):
-        await tenants.revoke_key(api, "team", "nope")
-    assert not await tenants.revoke_key(api, "team", "0" * 12)
-    assert await tenants.revoke_key(api, "team", key)
-    assert await tenants.list_keys(api, "team") == []
-    _, info2 = await tenants.create_key(api, "team")
-    assert await tenants.revoke_key(api, "team", info2.key_id)
+        await tenants.revoke_key(api, "nope", gateway_namespace=GW)
+    assert not await tenants.revoke_key(api, "0" * 12, gateway_namespace=GW)
+    # revoking as one tenant never deletes another tenant's key
+    assert not await tenants.revoke_key(api, other.key_id, gateway_namespace=GW, tenant="team")
+    assert await tenants.revoke_key(api, key, gateway_namespace=GW, tenant="team")
+    assert await tenants.list_keys(api, gateway_namespace=GW, tenant="team") == []
+    assert await tenants.revoke_key(api, other.key_id, gateway_namespace=GW)
+    assert await tenants.list_keys(api, gateway_namespace=GW) == []
 
 
 # -- errors ------------------------------------------------------------------------------------

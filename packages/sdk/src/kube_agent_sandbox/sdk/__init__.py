@@ -52,6 +52,8 @@ if TYPE_CHECKING:
         SandboxTemplateNotFoundError,
         SandboxTimeoutError,
         SandboxWarmPoolNotFoundError,
+        SnapshotFailedError,
+        SnapshotUnavailableError,
     )
     from kube_agent_sandbox.sdk.execproto import ExecResult, FileEntry
     from kube_agent_sandbox.sdk.metrics import get_metrics
@@ -96,6 +98,8 @@ _LAZY: dict[str, str] = {
     "SandboxTemplateNotFoundError": "kube_agent_sandbox.sdk.errors",
     "SandboxTimeoutError": "kube_agent_sandbox.sdk.errors",
     "SandboxWarmPoolNotFoundError": "kube_agent_sandbox.sdk.errors",
+    "SnapshotFailedError": "kube_agent_sandbox.sdk.errors",
+    "SnapshotUnavailableError": "kube_agent_sandbox.sdk.errors",
     "ExecResult": "kube_agent_sandbox.sdk.execproto",
     "FileEntry": "kube_agent_sandbox.sdk.execproto",
     "get_metrics": "kube_agent_sandbox.sdk.metrics",
@@ -164,6 +168,8 @@ __all__ = [
     "SandboxTimeoutError",
     "SandboxTracerConfig",
     "SandboxWarmPoolNotFoundError",
+    "SnapshotFailedError",
+    "SnapshotUnavailableError",
     "get_metrics",
     "load_incluster",
     "load_kubeconfig",

@@ -16,6 +16,7 @@ from typing import Final
 from kube_agent_sandbox.api import constants as api
 from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
+    SANDBOX_SNAPSHOTS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     SANDBOXES,
@@ -31,8 +32,12 @@ __all__ = [
     "POD_NAME_ANNOTATION",
     "SANDBOXES",
     "SANDBOX_CLAIMS",
+    "SANDBOX_SNAPSHOTS",
     "SANDBOX_TEMPLATES",
     "SANDBOX_WARM_POOLS",
+    "SNAPSHOT_ANNOTATION",
+    "SNAPSHOT_PULL_SECRET_ANNOTATION",
+    "SNAPSHOT_WARM_POOL_ANNOTATION",
     "TERMINAL_CLAIM_READY_REASONS",
     "TERMINAL_SANDBOX_READY_REASONS",
     "TRACE_CONTEXT_ANNOTATION",
@@ -66,3 +71,12 @@ TERMINAL_SANDBOX_READY_REASONS: Final = frozenset(
     {api.REASON_POD_SUCCEEDED, api.REASON_POD_FAILED, api.REASON_SANDBOX_EXPIRED}
 )
 """Sandbox Ready=False reasons after which the Sandbox will not become Ready by itself."""
+
+SNAPSHOT_ANNOTATION: Final = api.ANNOTATION_SNAPSHOT
+"""``extensions.agents.x-k8s.io/snapshot``: on a claim, the SandboxSnapshot it starts from."""
+SNAPSHOT_PULL_SECRET_ANNOTATION: Final = api.ANNOTATION_SNAPSHOT_PULL_SECRET
+"""``extensions.agents.x-k8s.io/snapshot-pull-secret``: on such a claim, the registry's pull
+Secret."""
+SNAPSHOT_WARM_POOL_ANNOTATION: Final = api.ANNOTATION_SNAPSHOT_WARM_POOL
+"""``kube-agent-sandbox.io/snapshot-warm-pool``: on a SandboxSnapshot, the warm pool of its
+source claim (a claim from the snapshot uses it unless told another)."""

@@ -93,6 +93,15 @@ class SandboxDeletedError(SandboxFailedError):
     """The object was deleted while the SDK waited on it."""
 
 
+class SnapshotFailedError(SandboxFailedError):
+    """A SandboxSnapshot failed (its Ready reason: ``PushFailed``, ``SourceDeleted``...)."""
+
+
+class SnapshotUnavailableError(SandboxError):
+    """The cluster cannot take this snapshot: no SandboxSnapshot API, no snapshot controller,
+    or a memory snapshot (not implemented); the message says what is missing."""
+
+
 class ExecFailedError(SandboxError):
     """A command could not be run in the sandbox (not: it ran and exited non-zero).
 
@@ -151,4 +160,6 @@ __all__ = [
     "SandboxTemplateNotFoundError",
     "SandboxTimeoutError",
     "SandboxWarmPoolNotFoundError",
+    "SnapshotFailedError",
+    "SnapshotUnavailableError",
 ]

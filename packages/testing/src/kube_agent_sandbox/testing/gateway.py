@@ -70,18 +70,25 @@ def accepts(port: int) -> bool:
 
 
 def gateway_cluster_roles() -> list[dict[str, Any]]:
-    """The gateway's generated ClusterRoles (as ``manifests/components/gateway`` holds them)."""
+    """The gateway's generated roles (as ``manifests/components/gateway`` holds them).
+
+    The keys Role loses its namespace: it lands in the gateway's ServiceAccount's namespace.
+    """
     roles: list[dict[str, Any]] = [d for d in yaml.safe_load_all(rbacgen.render()) if d]
+    for role in roles:
+        if role["kind"] == "Role":
+            del role["metadata"]["namespace"]
     return roles
 
 
 def gateway_identity(
     runner: ControllerRunner, *, namespace: str, tenants: Sequence[str] | None = None
 ) -> Identity:
-    """The ``agent-sandbox-gateway`` ServiceAccount bound only to the generated ClusterRoles.
+    """The ``agent-sandbox-gateway`` ServiceAccount bound only to the generated roles.
 
-    As documented: ``agent-sandbox-gateway`` cluster-wide, ``agent-sandbox-gateway-tenant``
-    (the sandboxes' env Secrets) by a RoleBinding in each tenant namespace only.
+    As documented: ``agent-sandbox-gateway`` cluster-wide, the Role ``agent-sandbox-gateway-keys``
+    (its API keys) in its own namespace, ``agent-sandbox-gateway-tenant`` (the sandboxes' env
+    Secrets) by a RoleBinding in each tenant namespace only.
 
     Args:
         runner: The harness that creates identities.
@@ -96,6 +103,7 @@ def gateway_identity(
         "agent-sandbox-gateway",
         namespace=namespace,
         cluster_roles=[rbacgen.GATEWAY_ROLE],
+        roles=[rbacgen.KEYS_ROLE],
         rbac=gateway_cluster_roles(),
     )
     for tenant in (namespace,) if tenants is None else tenants:
@@ -117,6 +125,7 @@ def gateway_argv(
     kubeconfig: str,
     secret_file: Path,
     namespace: str | None = None,
+    gateway_namespace: str | None = None,
     pod_address_override: str | None = None,
     port_map: Mapping[int, int] | None = None,
     domain: str | None = None,
@@ -130,6 +139,8 @@ def gateway_argv(
         kubeconfig: Kubeconfig path (or the runner's ``{kubeconfig}`` placeholder).
         secret_file: File holding the HMAC secret.
         namespace: The only namespace to serve; all namespaces if None.
+        gateway_namespace: The gateway's own namespace, where its API keys are
+            (``--gateway-namespace``); the command's default if None.
         pod_address_override: Address that replaces every pod IP (testing only).
         port_map: Sandbox port -> local port (testing only).
         domain: Wildcard domain of ``<port>-<id>.<domain>`` (``--domain``); none if None.
@@ -147,6 +158,8 @@ def gateway_argv(
     ]
     if namespace is not None:
         argv.append(f"--namespace={namespace}")
+    if gateway_namespace is not None:
+        argv.append(f"--gateway-namespace={gateway_namespace}")
     argv.append(f"--hmac-secret-file={secret_file}")
     if pod_address_override is not None:
         argv.append(f"--pod-address-override={pod_address_override}")
@@ -214,7 +227,7 @@ def start_gateway(
 
     Args:
         runner: The harness that runs the command as the gateway's ServiceAccount.
-        namespace: Namespace of the ServiceAccount.
+        namespace: Namespace of the ServiceAccount (the gateway's own: its API keys are there).
         workdir: Folder for the HMAC secret file (``hmac-key``).
         watch_namespace: The only namespace to serve; all namespaces if None.
         pod_address_override: Address that replaces every pod IP (testing only).
@@ -239,6 +252,7 @@ def start_gateway(
         kubeconfig="{kubeconfig}",
         secret_file=secret_file,
         namespace=watch_namespace,
+        gateway_namespace=namespace,
         pod_address_override=pod_address_override,
         port_map=port_map,
         domain=domain,
@@ -254,18 +268,17 @@ def start_gateway(
     return process, url
 
 
-def create_key(
-    kubeconfig: Path | str, namespace: str, *, gateway_namespace: str | None = None
-) -> str:
+def create_key(kubeconfig: Path | str, namespace: str, *, gateway_namespace: str) -> str:
     """A tenant API key made with ``agent-sandbox-gateway keys create`` (as a user would).
 
-    The command also binds the gateway's tenant role in ``namespace``.
+    The command stores it in the gateway's namespace and binds the gateway's tenant role in
+    ``namespace``.
 
     Args:
         kubeconfig: Admin kubeconfig.
         namespace: The tenant's namespace.
-        gateway_namespace: Namespace of the gateway's ServiceAccount (the command's default,
-            ``agent-sandbox-system``, if None).
+        gateway_namespace: Namespace of the gateway's ServiceAccount and keys (the
+            ``namespace`` given to :func:`start_gateway`).
 
     Returns:
         The key (``e2b_`` and 40 hex digits).
@@ -277,7 +290,7 @@ def create_key(
             "create",
             f"--namespace={namespace}",
             f"--kubeconfig={kubeconfig}",
-            *([f"--gateway-namespace={gateway_namespace}"] if gateway_namespace else []),
+            f"--gateway-namespace={gateway_namespace}",
         ],
         capture_output=True,
         text=True,

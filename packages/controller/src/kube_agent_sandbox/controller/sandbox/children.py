@@ -58,6 +58,7 @@ async def reconcile_children(
         sandbox,
         pod=seen.pod,
         pod_failed=pod_step.failed,
+        kept=seen.kept,
         service=service,
         error_text=errors.text,
         multiple_pods_text=errors.multiple_pods.message if errors.multiple_pods else None,

@@ -296,20 +296,21 @@ def apply_conditions(
     error_text: str | None,
     multiple_pods_text: str | None,
     now: dt.datetime,
+    kept: Obj | None = None,
 ) -> None:
     """Compute Suspended, Finished and PodScheduled (both optional) and Ready; set them.
 
     The order of application fixes the list order of a fresh Sandbox ([Suspended,
     PodScheduled, Ready]); a Finished or PodScheduled condition that is not computed is
-    removed. Suspended is never removed.
+    removed. Suspended is never removed. ``kept`` replaces the Suspended condition while a
+    suspended Sandbox's Pod is kept to save its state (keepstate.py).
     """
     status = sandbox.setdefault("status", {})
     if status.get("conditions") is None:
         status["conditions"] = []
     conditions: list[Obj] = status["conditions"]
-    set_status_condition(
-        conditions, compute_suspended(sandbox, pod, pod_failed=pod_failed), now=now
-    )
+    suspended = kept if kept is not None else compute_suspended(sandbox, pod, pod_failed=pod_failed)
+    set_status_condition(conditions, suspended, now=now)
     finished = compute_finished(sandbox, pod)
     if finished is not None:
         set_status_condition(conditions, finished, now=now)

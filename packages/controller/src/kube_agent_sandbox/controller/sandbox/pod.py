@@ -14,6 +14,7 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import Obj, controller_ref, group_of
+from kube_agent_sandbox.controller.sandbox.keepstate import apply_resume_from
 from kube_agent_sandbox.controller.sandbox.ownership import sandbox_controller_ref
 
 POD_NAME_HASH_INDEX = "sandbox-name-hash"
@@ -119,7 +120,10 @@ def claim_volumes(sandbox: Obj) -> list[Obj]:
 
 
 def desired_pod(sandbox: Obj, name_hash: str) -> Obj:
-    """The Pod to create for ``sandbox`` (named like the Sandbox, controlled by it)."""
+    """The Pod to create for ``sandbox`` (named like the Sandbox, controlled by it).
+
+    A container whose state was saved on suspend runs the snapshot's image (keepstate.py).
+    """
     meta = sandbox.get("metadata", {})
     labels = template_labels(sandbox)
     propagated_labels = sorted(labels)
@@ -135,6 +139,7 @@ def desired_pod(sandbox: Obj, name_hash: str) -> Obj:
     if propagated_annotations:
         annotations[c.ANNOTATION_PROPAGATED_ANNOTATIONS] = ",".join(propagated_annotations)
     spec = copy.deepcopy(sandbox.get("spec", {}).get("podTemplate", {}).get("spec") or {})
+    apply_resume_from(sandbox, spec)
     volumes = merge_volume_claim_volumes(spec.get("volumes"), claim_volumes(sandbox))
     if volumes is not None:
         spec["volumes"] = volumes

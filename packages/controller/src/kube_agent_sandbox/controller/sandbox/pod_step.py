@@ -33,6 +33,7 @@ from kube_agent_sandbox.controller.runtime import (
     wrap,
 )
 from kube_agent_sandbox.controller.sandbox.errors import MultiplePodsError
+from kube_agent_sandbox.controller.sandbox.keepstate import kept_condition, opt_in
 from kube_agent_sandbox.controller.sandbox.ownership import (
     cannot_adopt_message,
     may_adopt,
@@ -56,6 +57,8 @@ class PodSeen:
     """The Pod the step settled on (None: no Pod, or none this Sandbox may use)."""
 
     pod: Obj | None = None
+    kept: Obj | None = None
+    """The Suspended condition when a suspended Sandbox's Pod is kept to save its state."""
 
 
 def _pod_event_attributes(pod: Obj) -> dict[str, str]:
@@ -133,6 +136,16 @@ async def _suspend_pod(ctx: StepContext, sandbox: Obj, pod: Obj | None, seen: Po
         if ownership is Ownership.OWNED:
             if is_terminating(pod):
                 return
+            seen.kept = kept_condition(sandbox, pod, keeper=ctx.keep_state)
+            if seen.kept is not None:
+                return  # the state keeper reports on the Sandbox; that event brings us back
+            if opt_in(sandbox) and not ctx.keep_state:
+                log.info(
+                    "sandbox %s/%s asks to keep its state on suspend, but this controller runs "
+                    "no snapshot extension (--extensions --snapshot-registry): deleting the Pod",
+                    namespace_of(sandbox),
+                    name_of(sandbox),
+                )
             if await delete_child(ctx.client, PODS, pod, error="failed to delete pod"):
                 log.info("deleted pod %s/%s: sandbox suspended", namespace_of(pod), name_of(pod))
                 return

@@ -148,6 +148,7 @@ class SandboxReconciler:
         monotonic: Monotonic seconds for the write-behind window (tests pass a fake).
         status_coalesce_window: ``--sandbox-status-coalesce-window`` in seconds (0 = off):
             how long a status change that only reports progress towards Ready may wait.
+        keep_state: This process runs the extensions' state keeper (keepstate.py).
     """
 
     def __init__(
@@ -166,6 +167,7 @@ class SandboxReconciler:
         write_behind_window: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
         status_coalesce_window: float = 0.0,
+        keep_state: bool = False,
     ) -> None:
         self._client = client
         self._sandboxes = sandboxes
@@ -178,6 +180,7 @@ class SandboxReconciler:
             pvcs=pvcs,
             tracer=tracer,
             cluster_domain=cluster_domain,
+            keep_state=keep_state,
         )
         self._clock = clock
         self._error_requeue_after = error_requeue_after

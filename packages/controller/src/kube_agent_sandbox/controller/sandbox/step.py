@@ -27,6 +27,8 @@ class StepContext:
         tracer: Receives the steps' spans and events.
         cluster_domain: DNS domain of the cluster, for ``status.serviceFQDN``.
         pod_names: The pod-name annotations this controller wrote (read-your-writes).
+        keep_state: This process runs the extensions' state keeper, so a suspended Sandbox
+            that opts in keeps its Pod until the keeper reports its state saved (keepstate.py).
     """
 
     client: Client
@@ -36,3 +38,4 @@ class StepContext:
     tracer: Tracer
     cluster_domain: str
     pod_names: PodNameWrites = field(default_factory=PodNameWrites)
+    keep_state: bool = False

@@ -20,6 +20,7 @@ from typing import Any
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.controller.runtime import Obj, is_condition_true, meta
+from kube_agent_sandbox.extensions.claim.fromsnapshot import kept_state_annotations
 from kube_agent_sandbox.extensions.claim.sandboxbuild import (
     desired_pod_metadata,
     merge_claim_metadata,
@@ -194,7 +195,8 @@ def adoption_target(sandbox: Obj, claim: Obj, template: Obj | None) -> Obj:
 
     Pool labels go, ``launch-type`` becomes ``warm``, the claim becomes the only owner (and
     controller), ``pod-name`` names the Sandbox's own pod, the claim's trace context and
-    labels are copied, and the pod template metadata becomes what the claim's template and
+    labels are copied, so are the keep-state annotations (the claim's, else the template's),
+    and the pod template metadata becomes what the claim's template and
     ``additionalPodMetadata`` ask for. Without the template the claim's metadata is merged
     into the existing pod metadata instead (minus pool labels and a ``safe-to-evict: "true"``).
 
@@ -226,6 +228,7 @@ def adoption_target(sandbox: Obj, claim: Obj, template: Obj | None) -> Obj:
     trace = (meta(claim).get("annotations") or {}).get(c.ANNOTATION_TRACE_CONTEXT)
     if trace:
         annotations[c.ANNOTATION_TRACE_CONTEXT] = trace
+    annotations.update(kept_state_annotations(claim, template))
     m["annotations"] = annotations
 
     pod_template = target.setdefault("spec", {}).setdefault("podTemplate", {})

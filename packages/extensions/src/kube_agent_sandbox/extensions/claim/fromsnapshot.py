@@ -13,12 +13,19 @@ from __future__ import annotations
 
 from typing import Final
 
+from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate as k
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
 from kube_agent_sandbox.controller.runtime import ApiError, Client, Obj, meta, quote
 from kube_agent_sandbox.extensions.claim.errors import ReconcilerError, SnapshotNotReadyError
 
-ANNOTATION_SNAPSHOT: Final = "extensions.agents.x-k8s.io/snapshot"
-ANNOTATION_SNAPSHOT_PULL_SECRET: Final = "extensions.agents.x-k8s.io/snapshot-pull-secret"
+ANNOTATION_SNAPSHOT: Final = c.ANNOTATION_SNAPSHOT
+ANNOTATION_SNAPSHOT_PULL_SECRET: Final = k.ANNOTATION_SNAPSHOT_PULL_SECRET
+KEPT_STATE_ANNOTATIONS: Final = (
+    k.ANNOTATION_SNAPSHOT_ON_SUSPEND,
+    k.ANNOTATION_SNAPSHOT_PULL_SECRET,
+)
+"""What a claim or its template passes to its Sandbox for a suspend that keeps the filesystem."""
 
 
 def snapshot_of(claim: Obj) -> str:
@@ -63,3 +70,18 @@ def apply_snapshot(sandbox: Obj, claim: Obj, image: str) -> None:
         pulls = pod_spec.setdefault("imagePullSecrets", [])
         if {"name": secret} not in pulls:
             pulls.append({"name": str(secret)})
+
+
+def kept_state_annotations(claim: Obj, template: Obj | None) -> dict[str, str]:
+    """The keep-state annotations the claim's Sandbox gets: the claim's, else its template's.
+
+    Key by key, so a claim may opt in while its template names the pull Secret. Only set
+    values: a claim and template without them leave a Sandbox's own (the gateway's) alone.
+    """
+    found: dict[str, str] = {}
+    for source in (template, claim):  # the claim last: it wins
+        annotations = (meta(source).get("annotations") or {}) if source is not None else {}
+        for key in KEPT_STATE_ANNOTATIONS:
+            if annotations.get(key):
+                found[key] = str(annotations[key])
+    return found

@@ -21,6 +21,7 @@ from kube_agent_sandbox.extensions.claim.errors import (
     ReconcilerError,
     VolumeClaimTemplatesError,
 )
+from kube_agent_sandbox.extensions.claim.fromsnapshot import kept_state_annotations
 from kube_agent_sandbox.extensions.common.blueprint import (
     apply_secure_defaults,
     blueprint_of,
@@ -171,6 +172,7 @@ def build_cold_sandbox(claim: Obj, template: Obj) -> Obj:
     trace = (claim_meta.get("annotations") or {}).get(c.ANNOTATION_TRACE_CONTEXT)
     if trace:
         annotations[c.ANNOTATION_TRACE_CONTEXT] = trace
+    annotations.update(kept_state_annotations(claim, template))
     return {
         "apiVersion": c.SANDBOX_API_VERSION,
         "kind": c.KIND_SANDBOX,

@@ -1,7 +1,9 @@
 """What the SandboxSnapshot controller watches, and the RBAC rules it needs.
 
 It runs with ``--extensions`` when ``--snapshot-registry`` is set: SandboxSnapshots are the
-primary resource, Sandboxes are cached to find a snapshot's source.
+primary resource, Sandboxes are cached to find a snapshot's source. The state keeper
+(``keepstate.py``) runs beside it: Sandboxes are its primary resource, and the snapshots it made
+wake their Sandbox.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import ControllerBuilder
+from kube_agent_sandbox.extensions.snapshot.keepstate import StateKeeper, snapshot_to_sandbox
 from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
 from kube_agent_sandbox.extensions.snapshot.reconciler import SnapshotReconciler
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings, parse_settings
@@ -25,13 +28,21 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_NAME: Final = "sandboxsnapshot"
 EVENT_REPORTER: Final = "sandboxsnapshot-controller"
+KEEPER_NAME: Final = "sandbox-keepstate"
+KEEPER_EVENT_REPORTER: Final = "sandbox-keepstate-controller"
 WORKERS: Final = 4
 
 RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
-    # Snapshots: cached; the finalizer is added and removed with a merge patch.
-    rule(c.EXTENSIONS_GROUP, SANDBOX_SNAPSHOTS.plural, ("get", "list", "watch", "patch", "update")),
+    # Snapshots: cached; the finalizer is added and removed with a merge patch; the state
+    # keeper creates one per suspend of an opted-in Sandbox.
+    rule(
+        c.EXTENSIONS_GROUP,
+        SANDBOX_SNAPSHOTS.plural,
+        ("get", "list", "watch", "create", "patch", "update"),
+    ),
     rule(c.EXTENSIONS_GROUP, f"{SANDBOX_SNAPSHOTS.plural}/status", ("get", "update", "patch")),
-    rule(c.GROUP, SANDBOXES.plural, ("get", "list", "watch")),
+    # The state keeper reports on the Sandbox with annotations (a merge patch).
+    rule(c.GROUP, SANDBOXES.plural, ("get", "list", "watch", "patch")),
     # The source Pod's node and container (read once per look, not cached).
     rule("", "pods", ("get",)),
     # No Secret rule: the registry's credentials are a mounted file (--snapshot-registry-auth-file).
@@ -69,6 +80,7 @@ def setup(
         The reconciler (tests drive it directly).
     """
     settings = settings_from(options)
+    metrics = SnapshotMetrics(manager.registry)
     snapshots = manager.informer(SANDBOX_SNAPSHOTS, namespace=namespace)
     sandboxes = manager.informer(SANDBOXES, namespace=namespace)
     reconciler = SnapshotReconciler(
@@ -77,7 +89,7 @@ def setup(
         sandboxes=sandboxes,
         settings=settings,
         recorder=manager.event_recorder(EVENT_REPORTER),
-        metrics=SnapshotMetrics(manager.registry),
+        metrics=metrics,
         commit_timeout=options.snapshot_commit_timeout,
     )
     (
@@ -85,6 +97,19 @@ def setup(
         .for_resource(SANDBOX_SNAPSHOTS)
         .with_workers(WORKERS)
         .complete(reconciler)
+    )
+    keeper = StateKeeper(
+        manager.client,
+        sandboxes=sandboxes,
+        snapshots=snapshots,
+        recorder=manager.event_recorder(KEEPER_EVENT_REPORTER),
+    )
+    (
+        ControllerBuilder(manager, KEEPER_NAME)
+        .for_resource(SANDBOXES)
+        .watches(SANDBOX_SNAPSHOTS, snapshot_to_sandbox)
+        .with_workers(WORKERS)
+        .complete(keeper)
     )
     log.info("sandboxsnapshot controller registered", extra={"registry": settings.url})
     return reconciler

@@ -7,6 +7,9 @@
 * ``GET /console/api/sandboxes/{id}``: one row with its recent Events and last log lines.
 * ``POST /console/api/sandboxes/{id}/suspend`` and ``/resume``, ``DELETE
   /console/api/sandboxes/{id}``.
+* ``POST /console/api/sandboxes/{id}/snapshot``: a filesystem snapshot of a running gateway
+  sandbox, answered once Ready (201 with its id and image) or with the reason it failed, as
+  E2B's ``create_snapshot`` (:mod:`kube_agent_sandbox.gateway.snapshots`).
 
 Every API call carries the key as ``X-API-KEY`` (never in a URL): 401 without a valid key,
 404 for a sandbox the tenant does not have, another tenant's included.
@@ -32,7 +35,9 @@ from kube_agent_sandbox.controller.runtime import ApiError, Obj
 from kube_agent_sandbox.gateway.console import details, view
 from kube_agent_sandbox.gateway.controlplane.auth import authenticate
 from kube_agent_sandbox.gateway.controlplane.lifecycle import set_deadline, suspend_sandbox
+from kube_agent_sandbox.gateway.controlplane.snapshots import snapshot_error
 from kube_agent_sandbox.gateway.errors import e2b_error, sandbox_not_found
+from kube_agent_sandbox.gateway.snapshots import SnapshotError, take_snapshot
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.gateway.tenants import Tenant
 
@@ -98,6 +103,7 @@ class Console:
             Route(f"{api}/sandboxes/{sid}", self.delete, methods=["DELETE"]),
             Route(f"{api}/sandboxes/{sid}/suspend", self.suspend, methods=["POST"]),
             Route(f"{api}/sandboxes/{sid}/resume", self.resume, methods=["POST"]),
+            Route(f"{api}/sandboxes/{sid}/snapshot", self.snapshot, methods=["POST"]),
         ]
 
     # -- the page ----------------------------------------------------------------------------
@@ -247,6 +253,32 @@ class Console:
     async def delete(self, request: Request) -> Response:
         """``DELETE /console/api/sandboxes/{id}``."""
         return await self._act(request, "delete")
+
+    async def snapshot(self, request: Request) -> Response:
+        """``POST /console/api/sandboxes/{id}/snapshot``: 201 ``{snapshotID, image, size}``."""
+        target = self._target(request)
+        if isinstance(target, Response):
+            return target
+        tenant, row = target
+        refused = row["actions"].get("snapshot")
+        if refused:
+            return e2b_error(409, f"cannot snapshot {row['id']}: {refused}")
+        record = self.state.index.lookup(row["id"], namespace=tenant.namespace)
+        if record is None:
+            return sandbox_not_found(row["id"])
+        try:
+            info = await take_snapshot(self.state, record)
+        except SnapshotError as exc:
+            return snapshot_error(exc)
+        logger.info(
+            "console: snapshot %s of %s/%s (key %s)",
+            info.snapshot_id,
+            tenant.namespace,
+            row["id"],
+            tenant.key_id,
+        )
+        body = {"snapshotID": info.snapshot_id, "image": info.image, "size": info.size}
+        return _json(body, status=201)
 
 
 def console_routes(state: GatewayState) -> list[BaseRoute]:

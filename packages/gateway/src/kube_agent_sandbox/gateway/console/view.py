@@ -28,7 +28,9 @@ KIND_SANDBOX: Final = "sandbox"
 """A Sandbox made without the gateway (the row's id is its name)."""
 
 ACTIONS: Final = ("suspend", "resume", "snapshot", "delete")
-SNAPSHOT_UNAVAILABLE: Final = "Snapshots are not available yet: this gateway has no snapshot API."
+NOT_GATEWAY_SNAPSHOT: Final = (
+    "Not created through the gateway: snapshot it with the SDK or `agent-sandbox snapshot create`."
+)
 POOL_OWNED: Final = "A warm pool member: the pool manages it until a claim adopts it."
 NOT_GATEWAY_DELETE: Final = "Not created through the gateway: delete it with kubectl or the SDK."
 DELETING: Final = "Being deleted."
@@ -87,7 +89,10 @@ def _active_at(sandbox: Obj | None, created: str, last_seen: LastSeen) -> str:
     return rfc3339(max(known)) if known else ""
 
 
-def _actions(state: str, *, suspend_resume: bool, delete: str | None) -> dict[str, str | None]:
+def _actions(
+    state: str, *, suspend_resume: bool, delete: str | None, snapshot: str | None = None
+) -> dict[str, str | None]:
+    """Why each action is refused (None: allowed); a snapshot needs a running container."""
     if state == "Deleting":
         return dict.fromkeys(ACTIONS, DELETING)
     running = state in ("Running", "Starting")
@@ -95,7 +100,7 @@ def _actions(state: str, *, suspend_resume: bool, delete: str | None) -> dict[st
     return {
         "suspend": None if suspend_resume and running else "Not running.",
         "resume": None if suspend_resume and suspended else "Not suspended.",
-        "snapshot": SNAPSHOT_UNAVAILABLE,
+        "snapshot": snapshot or (None if state == "Running" else "Not running."),
         "delete": delete,
     }
 
@@ -146,9 +151,13 @@ def sandbox_rows(index: SandboxIndex, namespace: str, last_seen: LastSeen) -> li
         if pool is not None:
             template = _pool_template(index.warm_pool(namespace, pool))
             actions = dict.fromkeys(ACTIONS, POOL_OWNED)
-            actions["snapshot"] = SNAPSHOT_UNAVAILABLE
         else:
-            actions = _actions(state, suspend_resume=True, delete=NOT_GATEWAY_DELETE)
+            actions = _actions(
+                state,
+                suspend_resume=True,
+                delete=NOT_GATEWAY_DELETE,
+                snapshot=NOT_GATEWAY_SNAPSHOT,
+            )
         rows.append(
             {
                 "id": name,

@@ -3,14 +3,19 @@
 The template names a SandboxWarmPool in the tenant namespace (warm when it has members,
 cold otherwise); a SandboxTemplate without a pool gets a zero-replica pool
 ``shadow-pool-<template>`` (upstream's naming), since a claim selects its template only
-through a pool. The claim is named by the sandbox id (random, or derived from the
-``Idempotency-Key``, below) and carries the E2B timeout as its lifecycle (or, for
-``autoPause``, a ``pause-at`` deadline), the metadata and the idle policy as annotations;
-``envVars`` never go into ``claim.spec.env`` (that forces a cold start): the daemon's
-``/init`` delivers them. The create waits for the claim to be Ready,
-creates the NetworkPolicy of the outbound rules (``network.allowOut``/``denyOut``, see
-:mod:`kube_agent_sandbox.gateway.egress`), copies the policy annotations onto the Sandbox
-(where the idle reconciler reads them), initialises the daemon and answers 201.
+through a pool. A template id that names no pool or template but a SandboxSnapshot of the
+tenant (``Sandbox.create(<snapshot id>)``) makes a claim annotated with that snapshot, from the
+warm pool the snapshot recorded (:mod:`kube_agent_sandbox.gateway.snapshots`): a cold Sandbox
+of the source's template running the snapshot's image.
+
+The claim is named by the sandbox id (random, or derived from the ``Idempotency-Key``, below)
+and carries the E2B timeout as its lifecycle (or, for ``autoPause``, a ``pause-at`` deadline),
+the metadata and the idle policy as annotations; ``envVars`` never go into
+``claim.spec.env`` (that forces a cold start): the daemon's ``/init`` delivers them. The
+create waits for the claim to be Ready, creates the NetworkPolicy of the outbound rules
+(``network.allowOut``/``denyOut``, see :mod:`kube_agent_sandbox.gateway.egress`), copies the
+policy annotations onto the Sandbox (where the idle reconciler reads them), initialises the
+daemon and answers 201.
 
 Failures after which a sandbox may exist answer ``Should-Retry: false`` unless the
 ``Idempotency-Key`` makes a retry safe (the retry then finds and waits on the same claim).
@@ -42,6 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -85,6 +91,7 @@ from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
 from kube_agent_sandbox.gateway.metrics import ENV_STORE
 from kube_agent_sandbox.gateway.owned import create_owned
+from kube_agent_sandbox.gateway.snapshots import SnapshotError, snapshot_pool
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.gateway.tenants import Tenant
 
@@ -328,9 +335,12 @@ def claim_manifest(
     now: datetime,
     request_fingerprint: str | None = None,
     trace_context: str = "",
+    snapshot: str | None = None,
+    keep_filesystem: bool = False,
 ) -> Obj:
     """The SandboxClaim of a create (``trace_context``: the W3C context the controllers
-    continue, with tracing on)."""
+    continue, with tracing on; ``snapshot``: the SandboxSnapshot its Sandbox starts from;
+    ``keep_filesystem``: its suspends keep the files, passed to its Sandbox)."""
     annotations = {
         ANNOTATION_TEMPLATE: spec.template_id,
         ANNOTATION_TIMEOUT: str(spec.timeout),
@@ -350,6 +360,10 @@ def claim_manifest(
         annotations[ANNOTATION_IDEMPOTENCY_REQUEST] = request_fingerprint
     if trace_context:
         annotations[c.ANNOTATION_TRACE_CONTEXT] = trace_context
+    if snapshot:
+        annotations[c.ANNOTATION_SNAPSHOT] = snapshot
+    if keep_filesystem:
+        annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] = keepstate.MODE_FILESYSTEM
     claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
     if not spec.auto_pause:
         claim_spec["lifecycle"] = {
@@ -542,7 +556,7 @@ async def _start(
     if idem is not None:
         return await _start_idempotent(state, tenant, spec, idem, timer=timer)
     namespace = tenant.namespace
-    pool = await _pool(state, namespace, spec)
+    source = await _pool(state, namespace, spec)
     timer.mark("resolve")
     now = datetime.now(UTC)
     for _attempt in range(3):
@@ -551,11 +565,13 @@ async def _start(
             claim = claim_manifest(
                 sandbox_id,
                 namespace,
-                pool=pool,
+                pool=source.pool,
                 spec=spec,
                 idempotency_key=None,
                 now=now,
                 trace_context=state.tracer.trace_context(),
+                snapshot=source.snapshot,
+                keep_filesystem=state.options.pause_keeps_filesystem,
             )
             try:
                 created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
@@ -563,7 +579,7 @@ async def _start(
                 if exc.already_exists:
                     continue
                 raise ClusterRefused(exc, may_exist=False) from exc
-        return await _started(state, tenant, spec, created, pool, keep=False, timer=timer)
+        return await _started(state, tenant, spec, created, source.pool, keep=False, timer=timer)
     raise NoFreeId
 
 
@@ -582,7 +598,7 @@ async def _start_idempotent(
     (then the key makes a new sandbox).
     """
     namespace, sandbox_id = tenant.namespace, idem.sandbox_id
-    pool: str | None = None
+    source: Source | None = None
     for attempt in range(3):
         existing = await _existing_claim(state, namespace, sandbox_id, ask_api=attempt > 0)
         if existing is not None and existing["metadata"].get("deletionTimestamp"):
@@ -593,19 +609,21 @@ async def _start_idempotent(
             record = await _wait_ready(state, sandbox_id, namespace, keep=True)
             timer.mark("ready")
             return record
-        if pool is None:
-            pool = await _pool(state, namespace, spec)
+        if source is None:
+            source = await _pool(state, namespace, spec)
             timer.mark("resolve")
         with state.tracer.span("create_claim", {"sandbox.claim.name": sandbox_id}):
             claim = claim_manifest(
                 sandbox_id,
                 namespace,
-                pool=pool,
+                pool=source.pool,
                 spec=spec,
                 idempotency_key=idem.key,
                 now=datetime.now(UTC),
                 request_fingerprint=idem.fingerprint,
                 trace_context=state.tracer.trace_context(),
+                snapshot=source.snapshot,
+                keep_filesystem=state.options.pause_keeps_filesystem,
             )
             try:
                 created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
@@ -613,19 +631,34 @@ async def _start_idempotent(
                 if exc.already_exists:  # another create with the key (maybe another replica)
                     continue
                 raise ClusterRefused(exc, may_exist=False) from exc
-        return await _started(state, tenant, spec, created, pool, keep=True, timer=timer)
+        return await _started(state, tenant, spec, created, source.pool, keep=True, timer=timer)
     raise StillDeleting(sandbox_id)
 
 
-async def _pool(state: GatewayState, namespace: str, spec: CreateRequest) -> str:
-    """The warm pool of the create's template (TemplateNotFound/ClusterRefused otherwise)."""
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a create's sandbox comes from: a warm pool, and the snapshot it starts from."""
+
+    pool: str
+    snapshot: str | None = None
+
+
+async def _pool(state: GatewayState, namespace: str, spec: CreateRequest) -> Source:
+    """The warm pool of the create's template or, when no template has that name, of the
+    snapshot of that id (TemplateNotFound/TemplateFailed/ClusterRefused otherwise)."""
     try:
         pool = await resolve_pool(state, namespace, spec.template_id)
     except ApiError as exc:
         raise ClusterRefused(exc, may_exist=False) from exc
+    if pool is not None:
+        return Source(pool)
+    try:
+        pool = await snapshot_pool(state, namespace, spec.template_id)
+    except SnapshotError as exc:
+        raise TemplateFailed(str(exc)) from exc
     if pool is None:
         raise TemplateNotFound(spec.template_id)
-    return pool
+    return Source(pool, snapshot=spec.template_id)
 
 
 async def _started(
@@ -737,12 +770,31 @@ async def _create_sandbox(request: Request, state: GatewayState) -> Response:
         idem = idempotency(state, tenant.namespace, idempotency_key, body)
     timer = PhaseTimer()
     try:
-        record = await _deduplicated(state, tenant, spec, idem, timer=timer)
-        ready = timer.elapsed()
-        if await enforce_egress(state, record):
-            timer.mark("egress")
+        record = await start_sandbox(state, tenant, spec, idem, timer=timer)
     except CreateFailed as failed:
         return create_failure_response(failed)
+    body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
+    return JSONResponse(body_out, status_code=201, headers={SERVER_TIMING: timer.header()})
+
+
+async def start_sandbox(
+    state: GatewayState,
+    tenant: Tenant,
+    spec: CreateRequest,
+    idem: Idempotency | None,
+    *,
+    timer: PhaseTimer,
+) -> SandboxRecord:
+    """Everything a create does after parsing: the Ready claim, its outbound rules, its policy
+    on the Sandbox and the daemon's ``/init`` (a create, and each sandbox of a fork).
+
+    Raises:
+        CreateFailed: the sandbox could not be started (see :func:`create_failure_response`).
+    """
+    record = await _deduplicated(state, tenant, spec, idem, timer=timer)
+    ready = timer.elapsed()
+    if await enforce_egress(state, record):
+        timer.mark("egress")
     try:
         await copy_policy_to_sandbox(state, record)
     except ApiError as exc:
@@ -758,8 +810,7 @@ async def _create_sandbox(request: Request, state: GatewayState) -> Response:
         timer.elapsed() * 1000,
         timer.summary(),
     )
-    body_out = sandbox_body(record, tokens=state.tokens, domain=state.options.domain)
-    return JSONResponse(body_out, status_code=201, headers={SERVER_TIMING: timer.header()})
+    return record
 
 
 async def _deduplicated(

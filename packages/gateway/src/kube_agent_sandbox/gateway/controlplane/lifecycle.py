@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
 from kube_agent_sandbox.gateway.controlplane.auth import tenant_record
@@ -172,11 +173,32 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
     return Response(status_code=204)
 
 
+KEPT_HEADER = "X-Agent-Sandbox-Kept"
+"""What a pause keeps: :data:`KEPT_FILES` or :data:`KEPT_VOLUMES` (never memory yet)."""
+KEPT_FILES = "filesystem"
+KEPT_VOLUMES = "volumes"
+
+
 async def pause(request: Request, state: GatewayState) -> Response:
-    """``POST /sandboxes/{id}/pause``: suspend; 409 when already paused."""
+    """``POST /sandboxes/{id}/pause`` ``{memory?}``: suspend, keeping the files where the
+    cluster can (``--pause-keeps-filesystem``); 409 when already paused.
+
+    ``memory: true`` is what E2B's JavaScript SDK sent on every ``pause()`` before 2.46, so
+    refusing it would break the default call: the files are kept, the answer names what was
+    kept (header ``X-Agent-Sandbox-Kept``), and a warning and a metric record the dropped memory.
+    """
     record, error = tenant_record(request, state)
     if record is None:
         return error or sandbox_not_found("")
+    try:
+        body = await read_json_object(request, required=False)
+    except BodyTooLarge as exc:
+        return e2b_error(413, str(exc), should_retry=False)
+    except BadRequest as exc:
+        return bad_request(str(exc))
+    memory = body.get("memory")
+    if memory is not None and not isinstance(memory, bool):
+        return bad_request("memory must be a boolean")
     if record.suspended:
         return e2b_error(409, f"sandbox {record.sandbox_id} is already paused")
     if record.sandbox is None:
@@ -185,7 +207,16 @@ async def pause(request: Request, state: GatewayState) -> Response:
         await suspend_sandbox(state, record, record.sandbox)
     except ApiError as exc:
         return cluster_error(exc, record.sandbox_id)
-    return Response(status_code=204)
+    kept = KEPT_FILES if state.options.pause_keeps_filesystem else KEPT_VOLUMES
+    if memory:
+        state.metrics.memory_pauses_total.inc()
+        logger.warning(
+            "sandbox %s: pause asked to keep memory; memory snapshots are not available"
+            " (CRIU and the kubelet's ContainerCheckpoint API), so %s kept",
+            record.sandbox_id,
+            "its files are" if kept == KEPT_FILES else "only its volumes are",
+        )
+    return Response(status_code=204, headers={KEPT_HEADER: kept})
 
 
 async def suspend_sandbox(state: GatewayState, record: SandboxRecord, sandbox: Obj) -> None:
@@ -194,13 +225,17 @@ async def suspend_sandbox(state: GatewayState, record: SandboxRecord, sandbox: O
     Raises:
         ApiError: a write failed.
     """
+    annotations: dict[str, str | None] = {c.ANNOTATION_PAUSE_AT: None}
+    if state.options.pause_keeps_filesystem:
+        # in the suspend's own write: sandboxes created before the option get it too
+        annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] = keepstate.MODE_FILESYSTEM
     await state.api.patch(
         SANDBOXES,
         record.namespace,
         sandbox["metadata"]["name"],
         {
             "spec": {"operatingMode": c.OPERATING_MODE_SUSPENDED},
-            "metadata": {"annotations": {c.ANNOTATION_PAUSE_AT: None}},
+            "metadata": {"annotations": annotations},
         },
     )
     # paused sandboxes do not time out; connect sets a fresh deadline

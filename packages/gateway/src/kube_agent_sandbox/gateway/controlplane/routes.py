@@ -13,6 +13,12 @@ from kube_agent_sandbox.gateway.controlplane.create import create_sandbox
 from kube_agent_sandbox.gateway.controlplane.lifecycle import connect, kill, pause, set_timeout
 from kube_agent_sandbox.gateway.controlplane.network import update_network
 from kube_agent_sandbox.gateway.controlplane.query import get_metrics, get_sandbox, list_sandboxes
+from kube_agent_sandbox.gateway.controlplane.snapshots import (
+    create_snapshot,
+    delete_snapshot,
+    fork,
+    list_snapshots,
+)
 from kube_agent_sandbox.gateway.state import GatewayState
 
 Handler = Callable[[Request, GatewayState], Awaitable[Response]]
@@ -49,4 +55,8 @@ def control_plane_routes(state: GatewayState) -> list[Route]:
         Route(f"/sandboxes/{sid}/pause", bind(pause), methods=["POST"]),
         Route(f"/sandboxes/{sid}/metrics", bind(get_metrics), methods=["GET"]),
         Route(f"/sandboxes/{sid}/network", bind(update_network), methods=["PUT"]),
+        Route(f"/sandboxes/{sid}/snapshots", bind(create_snapshot), methods=["POST"]),
+        Route(f"/sandboxes/{sid}/fork", bind(fork), methods=["POST"]),
+        Route("/snapshots", bind(list_snapshots), methods=["GET"]),
+        Route("/templates/{template_id}", bind(delete_snapshot), methods=["DELETE"]),
     ]

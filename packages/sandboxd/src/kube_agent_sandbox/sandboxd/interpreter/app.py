@@ -220,6 +220,7 @@ class InterpreterApp:
             settings=WorkerSettings(
                 python=options.python,
                 node=options.node,
+                rscript=options.rscript,
                 run_as=RunAs.lookup(options.user) if options.user else None,
             ),
             max_contexts=options.max_contexts,
@@ -376,7 +377,7 @@ def build_app(options: InterpreterOptions, *, registry: ContextRegistry | None =
                 return PlainTextResponse(str(exc), status_code=exc.status)
             except (UnsupportedLanguageError, TooManyContextsError) as exc:
                 return PlainTextResponse(str(exc), status_code=400)
-            except RuntimeMissingError as exc:  # e.g. a JavaScript context without Node.js
+            except RuntimeMissingError as exc:  # e.g. a JavaScript context without Node.js, R
                 return PlainTextResponse(str(exc), status_code=400)
             except (WorkerError, TimeoutError, OSError) as exc:
                 logger.error("context could not be started: %s", exc)

@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
     parser.add_argument(
         "--node", default="node", help="Node.js executable for JavaScript and TypeScript contexts"
     )
+    parser.add_argument("--rscript", default="Rscript", help="Rscript executable for R contexts")
     parser.add_argument(
         "--envd-url",
         default=DEFAULT_ENVD_URL,
@@ -101,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> InterpreterOptions:
         default_cwd=args.cwd,
         python=args.python,
         node=args.node,
+        rscript=args.rscript,
         envd_url=args.envd_url,
         max_contexts=args.max_contexts,
         user=args.user,

@@ -40,6 +40,8 @@ class InterpreterOptions:
         python: The interpreter that runs Python contexts.
         node: The Node.js executable that runs JavaScript and TypeScript contexts (looked up
             only when such a context is created).
+        rscript: The ``Rscript`` executable that runs R contexts (looked up only when an R
+            context is created).
         keepalive_seconds: Interval of ``keepalive`` lines while a cell is silent (a write is
             how a vanished client is noticed).
         max_body_bytes: The largest accepted request body.
@@ -55,6 +57,7 @@ class InterpreterOptions:
     default_cwd: str = ""
     python: str = sys.executable
     node: str = "node"
+    rscript: str = "Rscript"
     keepalive_seconds: float = KEEPALIVE_SECONDS
     max_body_bytes: int = MAX_BODY_BYTES
     user: str | None = None

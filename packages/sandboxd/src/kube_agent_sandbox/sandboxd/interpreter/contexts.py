@@ -1,9 +1,9 @@
 """Code contexts: their ids, languages and working directories, and the default per language.
 
 A context is what ``create_code_context`` returns and ``run_code(context=...)`` names. Python,
-JavaScript and TypeScript contexts are persistent worker processes (JavaScript and TypeScript run
-in Node.js, started only when such a context is first used); bash and sh contexts run a shell per
-execution. An
+JavaScript, TypeScript and R contexts are persistent worker processes (JavaScript and TypeScript
+run in Node.js, R in ``Rscript``, started only when such a context is first used); bash and sh
+contexts run a shell per execution. An
 execution that names a language (or nothing, meaning python) runs in that language's default
 context, created on first use; the python default exists from the start.
 """
@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 PYTHON = "python"
 JAVASCRIPT = "javascript"
 TYPESCRIPT = "typescript"
+R = "r"
 SHELLS = {"bash": "bash", "sh": "sh"}
 _ALIASES = {
     "python3": PYTHON,
@@ -35,8 +36,9 @@ _ALIASES = {
     "node": JAVASCRIPT,
     "nodejs": JAVASCRIPT,
     "ts": TYPESCRIPT,
+    "rscript": R,
 }
-SUPPORTED_LANGUAGES = (PYTHON, JAVASCRIPT, TYPESCRIPT, *SHELLS)
+SUPPORTED_LANGUAGES = (PYTHON, JAVASCRIPT, TYPESCRIPT, R, *SHELLS)
 
 
 DEFAULT_MAX_CONTEXTS = 64
@@ -82,7 +84,8 @@ def normalize_language(language: str | None) -> str:
         language: The language as the client sent it (None or empty means python).
 
     Returns:
-        ``"python"``, ``"javascript"``, ``"typescript"``, ``"bash"`` or ``"sh"``.
+        ``"python"``, ``"javascript"``, ``"typescript"``, ``"r"``, ``"bash"`` or ``"sh"``
+        (case does not matter: ``"R"`` is ``"r"``).
 
     Raises:
         UnsupportedLanguageError: Any other language.
@@ -163,7 +166,8 @@ class ContextRegistry:
             UnsupportedLanguageError: The language is not supported.
             TooManyContextsError: ``max_contexts`` contexts exist already.
             WorkerError: The context's process could not start (``NodeMissingError``: a
-                JavaScript or TypeScript context without Node.js).
+                JavaScript or TypeScript context without Node.js, ``RMissingError``: an R
+                context without R).
         """
         name = normalize_language(language)
         if len(self.contexts) >= self.max_contexts:
@@ -179,6 +183,10 @@ class ContextRegistry:
             from kube_agent_sandbox.sandboxd.interpreter.javascript import JavaScriptWorker
 
             runner = JavaScriptWorker(cwd=directory, language=name, settings=self.settings)
+        elif name == R:
+            from kube_agent_sandbox.sandboxd.interpreter.r_worker import RWorker
+
+            runner = RWorker(cwd=directory, settings=self.settings)
         else:
             runner = ShellRunner(shell=SHELLS[name], cwd=directory, run_as=self.settings.run_as)
         await runner.start()

@@ -8,10 +8,13 @@ context is created, so a server that only runs Python never looks for Node.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from kube_agent_sandbox.sandboxd.interpreter.worker import PythonWorker, RuntimeMissingError
+from kube_agent_sandbox.sandboxd.interpreter.worker import (
+    PythonWorker,
+    RuntimeMissingError,
+    installed,
+)
 
 DRIVER = Path(__file__).with_name("driver.js")
 LANGUAGES = ("javascript", "typescript")
@@ -38,21 +41,15 @@ class JavaScriptWorker(PythonWorker):
             raise ValueError(f"not a Node.js language: {language!r}")
         self.language = language
 
-    async def start(self) -> None:
-        """Checks that Node.js exists, then starts the worker.
-
-        Raises:
-            NodeMissingError: No ``node`` executable was found.
-            WorkerError: The process could not start or died before it was ready.
-            TimeoutError: The driver did not report ready in time.
-        """
-        if shutil.which(self.settings.node) is None:
-            raise NodeMissingError(
-                f"{self.language} contexts need Node.js, and {self.settings.node!r} was not "
-                "found in the sandbox (install Node.js >= 20 in the image, or pass "
-                "--node to sandboxd-interpreter)"
-            )
-        await super().start()
+    def missing_runtime(self) -> NodeMissingError | None:
+        """The error of a sandbox without Node.js; None when it is installed."""
+        if installed(self.settings.node):
+            return None
+        return NodeMissingError(
+            f"{self.language} contexts need Node.js, and {self.settings.node!r} was not "
+            "found in the sandbox (install Node.js >= 20 in the image, or pass "
+            "--node to sandboxd-interpreter)"
+        )
 
     def argv(self, event_fd: int, token: str) -> list[str]:
         """Returns ``node driver.js EVENT_FD TOKEN LANGUAGE``.

@@ -64,16 +64,17 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
     return message
 
 
-def sync_prefix(token: str) -> bytes:
+def sync_prefix(token: str, start: bytes = SYNC_START) -> bytes:
     """Returns the bytes that open a sync marker of the worker with this token.
 
     Args:
         token: The worker's random token (hex).
+        start: The marker's opening bytes (``SYNC_START`` unless the driver cannot write NUL).
 
     Returns:
-        The prefix; a marker is ``prefix + <seq> + SYNC_END``.
+        The prefix; a marker is ``prefix + <seq> + end``.
     """
-    return SYNC_START + token.encode("ascii") + b"-"
+    return start + token.encode("ascii") + b"-"
 
 
 class SyncSplitter:
@@ -85,10 +86,13 @@ class SyncSplitter:
 
     Args:
         token: The worker's token (the marker prefix names it).
+        start: The bytes that open a marker.
+        end: The bytes that close a marker.
     """
 
-    def __init__(self, token: str) -> None:
-        self.prefix = sync_prefix(token)
+    def __init__(self, token: str, start: bytes = SYNC_START, end: bytes = SYNC_END) -> None:
+        self.prefix = sync_prefix(token, start)
+        self.end = end
         self._held = b""
 
     def feed(self, chunk: bytes) -> list[bytes | int]:
@@ -117,7 +121,7 @@ class SyncSplitter:
             if index:
                 parts.append(data[:index])
             rest = data[index + len(prefix) :]
-            end = rest.find(SYNC_END)
+            end = rest.find(self.end)
             if end < 0:
                 if len(rest) > MAX_SEQ_DIGITS:  # not a marker after all
                     parts.append(data[index : index + len(prefix)])
@@ -129,8 +133,8 @@ class SyncSplitter:
             if digits.isdigit() and len(digits) <= MAX_SEQ_DIGITS:
                 parts.append(int(digits))
             else:
-                parts.append(data[index : index + len(prefix) + end + len(SYNC_END)])
-            data = rest[end + len(SYNC_END) :]
+                parts.append(data[index : index + len(prefix) + end + len(self.end)])
+            data = rest[end + len(self.end) :]
         return parts
 
     def flush(self) -> bytes:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kube_agent_sandbox.sandboxd.interpreter import events
+from kube_agent_sandbox.sandboxd.interpreter.driver import SYNC_END, SYNC_START
 from kube_agent_sandbox.sandboxd.interpreter.pipes import RunAs, open_reader, spawn
 from kube_agent_sandbox.sandboxd.interpreter.protocol import (
     FrameError,
@@ -52,6 +54,11 @@ class RuntimeMissingError(WorkerError):
     """The sandbox lacks the runtime a language needs (e.g. Node.js for JavaScript)."""
 
 
+def installed(executable: str) -> bool:
+    """Whether ``executable`` (a name on PATH or a path) can be run."""
+    return shutil.which(executable) is not None
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """How worker processes are started.
@@ -61,12 +68,14 @@ class WorkerSettings:
         node: The Node.js executable of JavaScript and TypeScript contexts.
         env: Extra environment for every worker (on top of the server's).
         run_as: The account workers (and shells) run as; None keeps the server's.
+        rscript: The ``Rscript`` executable of R contexts.
     """
 
     python: str = sys.executable
     env: Mapping[str, str] | None = None
     run_as: RunAs | None = None
     node: str = "node"
+    rscript: str = "Rscript"
 
 
 class _Process:
@@ -82,9 +91,11 @@ class _Process:
         proc: asyncio.subprocess.Process,
         readers: tuple[asyncio.StreamReader, asyncio.StreamReader, asyncio.StreamReader],
         token: str,
+        markers: tuple[bytes, bytes] = (SYNC_START, SYNC_END),
     ) -> None:
         self.proc = proc
         self.token = token
+        self.markers = markers
         # Bounded: a client that reads slowly slows the worker down (its writes block) instead
         # of the server buffering the worker's output without limit.
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(QUEUE_ITEMS)
@@ -103,7 +114,7 @@ class _Process:
         return self.proc.returncode is None and not self.events_closed
 
     async def _pump_output(self, name: str, reader: asyncio.StreamReader) -> None:
-        splitter = SyncSplitter(self.token)
+        splitter = SyncSplitter(self.token, *self.markers)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         epoch = 0
         while True:
@@ -171,13 +182,21 @@ class _Process:
 Argv = Callable[[int, str], list[str]]
 
 
-async def _spawn(settings: WorkerSettings, cwd: str, argv: Argv) -> tuple[_Process, dict[str, Any]]:
+async def _spawn(
+    settings: WorkerSettings,
+    cwd: str,
+    argv: Argv,
+    markers: tuple[bytes, bytes] = (SYNC_START, SYNC_END),
+) -> tuple[_Process, dict[str, Any]]:
     read_fd, write_fd = os.pipe()
     token = secrets.token_hex(8)
     env = dict(os.environ)
     env.setdefault("MPLBACKEND", "Agg")
     if settings.run_as is not None:
         settings.run_as.apply_env(env)
+        # The user's pipe: a driver that cannot write to an inherited descriptor (R) opens
+        # /dev/fd/N again, which the kernel allows the pipe's owner only.
+        os.fchown(write_fd, settings.run_as.uid, settings.run_as.gid)
     if settings.env:
         env.update(settings.env)
     try:
@@ -195,7 +214,7 @@ async def _spawn(settings: WorkerSettings, cwd: str, argv: Argv) -> tuple[_Proce
         raise WorkerError(f"cannot start {command[0]}: {exc}") from exc
     finally:
         os.close(write_fd)
-    process = _Process(proc, (stdout, stderr, await open_reader(read_fd)), token)
+    process = _Process(proc, (stdout, stderr, await open_reader(read_fd)), token, markers)
     try:
         ready = await asyncio.wait_for(_wait_ready(process), START_TIMEOUT_SECONDS)
     except (TimeoutError, WorkerError):
@@ -233,6 +252,8 @@ class PythonWorker:
     """
 
     runtime = "Python"  # names the process in error messages
+    # The bytes that open and close the driver's sync markers in its output.
+    markers: tuple[bytes, bytes] = (SYNC_START, SYNC_END)
 
     def __init__(self, *, cwd: str, settings: WorkerSettings | None = None) -> None:
         self.cwd = cwd
@@ -249,14 +270,26 @@ class PythonWorker:
         """The worker's process id, or None before start."""
         return self._process.proc.pid if self._process else None
 
+    def missing_runtime(self) -> RuntimeMissingError | None:
+        """The error to raise when the language's executable is not installed; None when it is.
+
+        The Python driver runs on sandboxd's own interpreter, which is always there; other
+        languages override this (their runtime is optional in an image).
+        """
+        return None
+
     async def start(self) -> None:
         """Starts the worker process and waits until the driver is ready.
 
         Raises:
+            RuntimeMissingError: The language's executable is not installed.
             WorkerError: The process could not start or died before it was ready.
             TimeoutError: The driver did not report ready in time.
         """
-        self._process, _ = await _spawn(self.settings, self.cwd, self.argv)
+        missing = self.missing_runtime()
+        if missing is not None:
+            raise missing
+        self._process, _ = await _spawn(self.settings, self.cwd, self.argv, self.markers)
         self.execution_count = 0
 
     def argv(self, event_fd: int, token: str) -> list[str]:

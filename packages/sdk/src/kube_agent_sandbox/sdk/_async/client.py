@@ -23,7 +23,16 @@ from kube_agent_sandbox.sdk._async.claims import AsyncClaimCalls
 from kube_agent_sandbox.sdk._async.files import AsyncFileCalls
 from kube_agent_sandbox.sdk._async.objects import DEFAULT_READY_TIMEOUT, Obj
 from kube_agent_sandbox.sdk._async.sandboxes import AsyncSandboxCalls
-from kube_agent_sandbox.sdk.constants import SANDBOX_CLAIMS, SANDBOXES, TRACE_CONTEXT_ANNOTATION
+from kube_agent_sandbox.sdk._async.snapshots import DEFAULT_SNAPSHOT_TIMEOUT, AsyncSnapshotCalls
+from kube_agent_sandbox.sdk.constants import (
+    SANDBOX_CLAIMS,
+    SANDBOXES,
+    SNAPSHOT_ANNOTATION,
+    SNAPSHOT_PULL_SECRET_ANNOTATION,
+    SNAPSHOT_WARM_POOL_ANNOTATION,
+    TRACE_CONTEXT_ANNOTATION,
+)
+from kube_agent_sandbox.sdk.errors import SnapshotUnavailableError
 from kube_agent_sandbox.sdk.execproto import ExecResult, FileEntry
 
 
@@ -80,6 +89,19 @@ class AsyncSandbox:
         """Resume it and (by default) wait until Ready."""
         return await self.client.resume(
             self.name, namespace=self.namespace, wait=wait, timeout=timeout
+        )
+
+    async def snapshot(
+        self,
+        name: str | None = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
+        **options: Any,
+    ) -> Obj:
+        """Snapshot its files (it keeps running); see :meth:`AsyncSandboxClient.create_snapshot`."""
+        return await self.client.create_snapshot(
+            self.name, name=name, namespace=self.namespace, wait=wait, timeout=timeout, **options
         )
 
     async def keepalive(self, *, holder: str | None = None) -> Obj | None:
@@ -165,7 +187,7 @@ class AsyncFilesystem:
         )
 
 
-class AsyncSandboxClient(AsyncSandboxCalls, AsyncClaimCalls, AsyncFileCalls):
+class AsyncSandboxClient(AsyncSandboxCalls, AsyncClaimCalls, AsyncFileCalls, AsyncSnapshotCalls):
     """Client of Agent Sandbox for asyncio programs.
 
     Args:
@@ -292,6 +314,52 @@ class AsyncSandboxClient(AsyncSandboxCalls, AsyncClaimCalls, AsyncFileCalls):
             bound = readiness.bound_sandbox_name(claim) or name
             self._tracer.set_attributes({"sandbox.name": bound})
         return AsyncSandbox(self, bound, namespace=ns, claim_name=name)
+
+    async def claim_from_snapshot(
+        self,
+        snapshot: str,
+        *,
+        namespace: str | None = None,
+        warm_pool: str | None = None,
+        pull_secret: str | None = None,
+        timeout: float = DEFAULT_READY_TIMEOUT,
+        wait: bool = True,
+        **options: Any,
+    ) -> AsyncSandbox:
+        """Claim a new Sandbox that runs a snapshot's image (a cold start of the template).
+
+        Args:
+            snapshot: the SandboxSnapshot (same namespace).
+            namespace: where it and the claim live.
+            warm_pool: the pool (hence template) to claim from; by default the one the
+                snapshot recorded from its source's claim.
+            pull_secret: a ``kubernetes.io/dockerconfigjson`` Secret to pull the image with.
+            timeout: seconds to wait for Ready (the snapshot may still be committing).
+            wait: wait until the claim is Ready and bound.
+            **options: as :meth:`claim_sandbox` (``annotations`` are merged).
+
+        Raises:
+            NotFoundError: no such snapshot.
+            SnapshotUnavailableError: no pool given and the snapshot records none.
+            SandboxClaimFailedError, SandboxTimeoutError: as :meth:`claim_sandbox`.
+        """
+        ns = self._ns(namespace)
+        obj = await self.get_snapshot(snapshot, namespace=ns)
+        recorded = ((obj.get("metadata") or {}).get("annotations") or {}).get(
+            SNAPSHOT_WARM_POOL_ANNOTATION
+        )
+        pool = warm_pool or recorded
+        if not pool:
+            raise SnapshotUnavailableError(
+                f"snapshot {ns}/{snapshot} records no warm pool ({SNAPSHOT_WARM_POOL_ANNOTATION}):"
+                " name the pool whose template it runs with (warm_pool=...)"
+            )
+        annotations = {**(options.pop("annotations", None) or {}), SNAPSHOT_ANNOTATION: snapshot}
+        if pull_secret:
+            annotations[SNAPSHOT_PULL_SECRET_ANNOTATION] = pull_secret
+        return await self.claim_sandbox(
+            str(pool), namespace=ns, timeout=timeout, wait=wait, annotations=annotations, **options
+        )
 
 
 def _annotate_trace_context(body: Obj, trace_context: str) -> None:

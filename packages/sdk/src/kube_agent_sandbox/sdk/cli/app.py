@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from kube_agent_sandbox.sdk import execproto
-from kube_agent_sandbox.sdk.cli import mcp_command, output, top
+from kube_agent_sandbox.sdk.cli import mcp_command, output, snapshot_command, top
 from kube_agent_sandbox.sdk.config import ClusterConfig, load_kubeconfig
 from kube_agent_sandbox.sdk.errors import (
     ConfigError,
@@ -605,6 +605,7 @@ def delete(
 
 mcp_command.register(app, state)
 top.register(app, state, _errors)
+snapshot_command.register(app, state, _errors)
 
 UNUSED_IMPORTS = ("httpx._main", "h2")
 """Modules httpx and httpcore load when installed, which this CLI never uses: httpx's own

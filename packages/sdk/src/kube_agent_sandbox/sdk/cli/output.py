@@ -71,11 +71,42 @@ COLUMN_GAP = "   "
 """kubectl's space between table columns."""
 
 
+def snapshot_row(obj: Obj, *, now: datetime.datetime | None = None) -> list[str]:
+    """NAME, PHASE, REASON, SOURCE, SIZE, AGE (+ IMAGE when wide) of a SandboxSnapshot."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    ready = readiness.condition(obj, "Ready") or {}
+    size = status.get("size")
+    return [
+        str(meta.get("name") or ""),
+        str(status.get("phase") or "Pending"),
+        str(ready.get("reason") or ""),
+        str((obj.get("spec") or {}).get("sandboxName") or ""),
+        str(size) if isinstance(size, int) else "",
+        age(meta.get("creationTimestamp"), now=now),
+        str(status.get("image") or "<none>"),
+    ]
+
+
+SNAPSHOT_COLUMNS = ["NAME", "PHASE", "REASON", "SOURCE", "SIZE", "AGE"]
+
+
+def snapshot_table(objs: Sequence[Obj], *, wide: bool = False) -> str:
+    """SandboxSnapshots as a ``kubectl get`` table (the pinned image too when ``wide``)."""
+    columns = SNAPSHOT_COLUMNS + (["IMAGE"] if wide else [])
+    return _render(columns, [snapshot_row(o)[: len(columns)] for o in objs])
+
+
 def table(objs: Sequence[Obj], *, claims: bool = False, wide: bool = False) -> str:
     """A plain-text table like ``kubectl get``: left-aligned columns three spaces apart."""
     columns = CLAIM_COLUMNS if claims else SANDBOX_COLUMNS + (SANDBOX_WIDE if wide else [])
-    rows = [list(columns)]
-    rows += [claim_row(obj) if claims else sandbox_row(obj, wide=wide) for obj in objs]
+    return _render(
+        columns, [claim_row(obj) if claims else sandbox_row(obj, wide=wide) for obj in objs]
+    )
+
+
+def _render(columns: Sequence[str], body: Sequence[list[str]]) -> str:
+    rows = [list(columns), *body]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     return "\n".join(
         COLUMN_GAP.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

@@ -303,7 +303,9 @@
   }
 
   const PAST = { suspend: "Suspended", resume: "Resumed", delete: "Deleted" };
-  const PRESENT = { suspend: "Suspending", resume: "Resuming", delete: "Deleting" };
+  const PRESENT = {
+    suspend: "Suspending", resume: "Resuming", delete: "Deleting", snapshot: "Taking a snapshot of",
+  };
 
   async function act(action) {
     const id = selected;
@@ -317,7 +319,14 @@
       const response = action === "delete"
         ? await api(path, { method: "DELETE" })
         : await api(`${path}/${action}`, { method: "POST" });
-      announce(response.ok ? `${PAST[action]} ${id}.` : `${action} ${id} failed: ${await errorText(response)}`);
+      if (!response.ok) {
+        announce(`${action} ${id} failed: ${await errorText(response)}`);
+      } else if (action === "snapshot") {
+        const taken = await response.json();
+        announce(`Snapshot ${taken.snapshotID} of ${id} is ready: ${taken.image}.`);
+      } else {
+        announce(`${PAST[action]} ${id}.`);
+      }
     } catch (err) {
       announce(`${action} ${id} failed: ${err.message}`);
     } finally {
