@@ -9,10 +9,11 @@ rebuilt.
 
 The CNCF distribution registry (the snapshot tests' OCI registry) is built with the rest; an
 OpenTelemetry Collector (the tracing tests' trace receiver) only with ``--with-otelcol``;
-containerd 2.x (the real node's checkpoint/restore option) only with ``--with-containerd2``.
+containerd 2.x (the real node's checkpoint/restore option) only with ``--with-containerd2``;
+CRIU (from Debian's source tarball, for that node) only with ``--with-criu``.
 
 Usage: ``python -m kube_agent_sandbox.testing.build [--with-node] [--with-helm]
-[--with-prometheus] [--with-otelcol] [--with-containerd2] [--only helm]``
+[--with-prometheus] [--with-otelcol] [--with-containerd2] [--with-criu] [--only helm]``
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kube_agent_sandbox.testing import versions
+from kube_agent_sandbox.testing.criu_build import CriuBuildError, build_criu
 
 
 class BuildError(RuntimeError):
@@ -515,6 +517,7 @@ COMPONENTS = (
     "registry",
     "otelcol",
     "containerd2",
+    "criu",
 )
 """What ``--only`` can select."""
 
@@ -547,6 +550,8 @@ def build_only(names: Sequence[str], *, with_node: bool = False) -> Path:
         build_otelcol(bin_dir)
     if "containerd2" in names:
         build_containerd2(versions.containerd2_bin_dir())
+    if "criu" in names:
+        build_criu(versions.criu_bin_dir())
     return bin_dir
 
 
@@ -557,6 +562,7 @@ def build_all(
     with_prometheus: bool = False,
     with_otelcol: bool = False,
     with_containerd2: bool = False,
+    with_criu: bool = False,
 ) -> Path:
     """Build everything that is missing and return the binary directory."""
     bin_dir = versions.bin_dir()
@@ -570,6 +576,8 @@ def build_all(
         build_otelcol(bin_dir)
     if with_containerd2:
         build_containerd2(versions.containerd2_bin_dir())
+    if with_criu:
+        build_criu(versions.criu_bin_dir())
     build_etcd(bin_dir)
     build_kwok(bin_dir)
     names = list(versions.KUBERNETES_BINARIES)
@@ -611,6 +619,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also build containerd 2.x, its runc shim and ctr (the checkpoint/restore node)",
     )
     parser.add_argument(
+        "--with-criu",
+        action="store_true",
+        help="also build CRIU from Debian's source tarball (the checkpoint/restore node)",
+    )
+    parser.add_argument(
         "--only",
         action="append",
         choices=COMPONENTS,
@@ -628,8 +641,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with_prometheus=args.with_prometheus,
                 with_otelcol=args.with_otelcol,
                 with_containerd2=args.with_containerd2,
+                with_criu=args.with_criu,
             )
-    except BuildError as err:
+    except (BuildError, CriuBuildError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -50,6 +50,13 @@ CONTAINERD2_VERSION = "v2.3.7"
 CONTAINERD2_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD2_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 
+# CRIU for the checkpoint/restore node, built from Debian's source tarball (``--with-criu``):
+# Debian 12's 3.17 fails ``criu check`` on current kernels, and 4.1 cannot dump a process with
+# an inet socket on Linux 6.16 and later. The tarball is pinned by its SHA-256 (Debian's .dsc).
+CRIU_VERSION = "4.2.1"
+CRIU_SOURCE_URL = f"https://deb.debian.org/debian/pool/main/c/criu/criu_{CRIU_VERSION}.orig.tar.xz"
+CRIU_SOURCE_SHA256 = "29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9"
+
 KUBERNETES_BINARIES = (
     "kube-apiserver",
     "kube-controller-manager",
@@ -79,3 +86,8 @@ def bin_dir() -> Path:
 def containerd2_bin_dir() -> Path:
     """Directory of the containerd 2.x binaries (``RealNodeOptions.containerd_bin_dir``)."""
     return cache_root() / f"containerd-{CONTAINERD2_VERSION}" / "bin"
+
+
+def criu_bin_dir() -> Path:
+    """Directory of the built ``criu`` (``RealNodeOptions.criu_bin_dir``)."""
+    return cache_root() / f"criu-{CRIU_VERSION}" / "bin"

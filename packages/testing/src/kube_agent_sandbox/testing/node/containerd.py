@@ -102,6 +102,9 @@ class ContainerdSettings:
     # Let the CRI plugin restore a container whose image is a checkpoint image (containerd
     # 2.0 to 2.3 only; 2.4 removed it). Needs containerd 2.x (``bin_dir``) and CRIU.
     restore_via_create: bool = False
+    # A folder holding a newer ``criu`` (``build --with-criu``); put on containerd's PATH right
+    # after ``bin_dir``, so runc, started by the shim, checkpoints and restores with it.
+    criu_dir: Path | None = None
 
 
 def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str:
@@ -182,8 +185,10 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
     return "\n".join(lines)
 
 
-def containerd_environment(bin_dir: Path | None, base: Mapping[str, str]) -> dict[str, str] | None:
-    """containerd's environment: ``bin_dir`` first on PATH, or None (inherit) without one.
+def containerd_environment(
+    bin_dir: Path | None, base: Mapping[str, str], criu_dir: Path | None = None
+) -> dict[str, str] | None:
+    """containerd's environment: ``bin_dir`` and ``criu_dir`` first on PATH, or None (inherit).
 
     The shim, runc and criu are found on containerd's PATH (the shim inherits it), so a
     folder with a newer shim and criu must come before the installed ones.
@@ -191,15 +196,17 @@ def containerd_environment(bin_dir: Path | None, base: Mapping[str, str]) -> dic
     Args:
         bin_dir: Folder of the containerd to run (None: the installed one).
         base: The environment to extend (normally ``os.environ``).
+        criu_dir: Folder of the criu to use (None: the one on PATH).
 
     Returns:
         The full environment, or None to inherit the parent's unchanged.
     """
-    if bin_dir is None:
+    first = [str(d) for d in (bin_dir, criu_dir) if d is not None]
+    if not first:
         return None
     env = dict(base)
     rest = env.get("PATH") or os.defpath
-    env["PATH"] = f"{bin_dir}{os.pathsep}{rest}"
+    env["PATH"] = os.pathsep.join([*first, rest])
     return env
 
 
@@ -268,7 +275,7 @@ class Containerd:
         self._process = self._supervisor.start(
             "containerd",
             [binary, "--config", str(self.layout.config_file)],
-            env=containerd_environment(self.settings.bin_dir, os.environ),
+            env=containerd_environment(self.settings.bin_dir, os.environ, self.settings.criu_dir),
         )
         wait_until(
             lambda: self.ctr("version", check=False, timeout=5).returncode == 0,

@@ -131,6 +131,9 @@ class RealNodeOptions:
     #: installed one is too old) to run instead of the installed containerd, with restore of
     #: checkpoint images on (``build --with-containerd2`` builds it); None: the installed one.
     containerd_bin_dir: Path | None = None
+    #: Folder of a newer ``criu`` for that containerd (``build --with-criu`` builds it into
+    #: ``versions.criu_bin_dir()``); None: the ``criu`` on PATH.
+    criu_bin_dir: Path | None = None
 
 
 class RealNode:
@@ -241,6 +244,7 @@ class RealNode:
                 },
                 bin_dir=self.options.containerd_bin_dir,
                 restore_via_create=self.options.containerd_bin_dir is not None,
+                criu_dir=self.options.criu_bin_dir,
             ),
             supervisor=self._supervisor,
         )
