@@ -12,12 +12,14 @@ Missing prerequisites skip locally and fail under ``CI=true`` (``plugin.unavaila
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kube_agent_sandbox.testing import versions
 from kube_agent_sandbox.testing.access import load_manifests
 from kube_agent_sandbox.testing.node.cluster import (
     DeployedController,
@@ -25,7 +27,11 @@ from kube_agent_sandbox.testing.node.cluster import (
     RealNodeClusterOptions,
     deploy_controller,
 )
-from kube_agent_sandbox.testing.node.realnode import RealNode, missing_prerequisites
+from kube_agent_sandbox.testing.node.realnode import (
+    RealNode,
+    RealNodeOptions,
+    missing_prerequisites,
+)
 from kube_agent_sandbox.testing.plugin import provider_options, unavailable
 from kube_agent_sandbox.testing.providers import ProvidedCluster
 from kube_agent_sandbox.testing.registry import RegistryOptions
@@ -53,6 +59,21 @@ class RealNodeEnvironment:
         return self.cluster.node
 
 
+def _node_options() -> RealNodeOptions:
+    """The node's options: with AGENT_SANDBOX_E2E_CHECKPOINT=1, containerd 2.3 and CRIU 4.2
+    from the test cache (``build --with-containerd2 --with-criu``), for the memory snapshot."""
+    if os.environ.get("AGENT_SANDBOX_E2E_CHECKPOINT") != "1":
+        return RealNodeOptions()
+    containerd, criu = versions.containerd2_bin_dir(), versions.criu_bin_dir()
+    missing = [str(p) for p in (containerd / "containerd", criu / "criu") if not p.is_file()]
+    if missing:
+        unavailable(
+            f"AGENT_SANDBOX_E2E_CHECKPOINT=1 but {', '.join(missing)} missing: run "
+            "python -m kube_agent_sandbox.testing.build --with-containerd2 --with-criu"
+        )
+    return RealNodeOptions(containerd_bin_dir=containerd, criu_bin_dir=criu)
+
+
 @pytest.fixture(scope="session")
 def real_node_environment(request: pytest.FixtureRequest) -> Iterator[RealNodeEnvironment]:
     """Start the real-node cluster and deploy the controller (once per session)."""
@@ -65,7 +86,9 @@ def real_node_environment(request: pytest.FixtureRequest) -> Iterator[RealNodeEn
     if not any(CRDS.glob("*.yaml")):
         unavailable(f"no CRDs in {CRDS}: run `nox -s generate`")
     # The snapshot test pushes to and pulls from a real registry (TLS with credentials).
-    cluster = RealNodeCluster(RealNodeClusterOptions(crds=[CRDS], registry=RegistryOptions()))
+    cluster = RealNodeCluster(
+        RealNodeClusterOptions(crds=[CRDS], registry=RegistryOptions(), node=_node_options())
+    )
     try:
         access = cluster.start()
         controller = deploy_controller(

@@ -16,6 +16,11 @@ APT_PACKAGES+=(chromium fonts-dejavu-core)
 # R (base R only; CRAN is out of reach): the code interpreter's R contexts, whose unit tests
 # start a real Rscript and fail under CI=true without it.
 APT_PACKAGES+=(r-base-core)
+# CRIU's build dependencies: Debian 12's criu is too old for the real node's memory snapshots,
+# so the testenv build compiles CRIU 4.2 (kube_agent_sandbox.testing.criu_build.BUILD_PACKAGES).
+APT_PACKAGES+=(build-essential pkgconf libbsd-dev libcap-dev libgnutls28-dev libnet1-dev
+  libnftables-dev libnl-3-dev libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler
+  protobuf-compiler python3-protobuf uuid-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -55,6 +60,14 @@ fi
 log "syncing the Python environment (uv.lock)"
 uv sync --all-packages --all-groups --locked --quiet
 
-log "building the local cluster's binaries (cold: ~8 min, warm: ~1 s)"
-uv run --frozen --no-sync python -m kube_agent_sandbox.testing.build --with-node
+# runc hands CRIU this file on every checkpoint and restore: close established TCP connections
+# instead of refusing to checkpoint a container that has one (memory snapshots cannot keep them).
+if [[ $(id -u) -eq 0 && ! -e /etc/criu/runc.conf ]]; then
+  mkdir -p /etc/criu
+  printf 'tcp-close\n' >/etc/criu/runc.conf
+fi
+
+log "building the local cluster's binaries (cold: ~12 min, warm: ~1 s)"
+uv run --frozen --no-sync python -m kube_agent_sandbox.testing.build --with-node \
+  --with-containerd2 --with-criu
 log "ready: 'uv run nox -s demo' for the demo, 'uv run nox' for the tests"

@@ -31,7 +31,7 @@ from kube_agent_sandbox.controller.runtime import (
     Obj,
     load_kubeconfig,
 )
-from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent
+from kube_agent_sandbox.extensions.snapshot.agent import MemoryCommitter, SnapshotAgent
 from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
 from kube_agent_sandbox.extensions.snapshot.image import (
     OCI_CONFIG,
@@ -94,9 +94,15 @@ def start_snapshot_controller(
 
 @contextlib.asynccontextmanager
 async def running_agent(
-    cluster: Any, namespace: str, node: str, settings: RegistrySettings, committer: FolderCommitter
+    cluster: Any,
+    namespace: str,
+    node: str,
+    settings: RegistrySettings,
+    committer: FolderCommitter,
+    memory: MemoryCommitter | None = None,
 ) -> AsyncIterator[None]:
-    """The node agent of ``node`` (informer, queue and status writes as in the DaemonSet)."""
+    """The node agent of ``node`` (informer, queue and status writes as in the DaemonSet);
+    ``memory``: its Memory snapshots (None: as without ``--kubelet-checkpoints-dir``)."""
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as api:
         manager = Manager(
             api, metrics_bind_address="0", health_bind_address="0", namespace=namespace
@@ -107,6 +113,7 @@ async def running_agent(
             node_name=node,
             settings=settings,
             committer=committer,
+            memory=memory,
         )
         ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
             4

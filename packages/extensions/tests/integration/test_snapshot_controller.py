@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 from snapshot_support import (
     SECRET,
     FolderCommitter,
@@ -42,7 +43,7 @@ from kube_agent_sandbox.api.resources import (
     SANDBOX_WARM_POOLS,
     SANDBOXES,
 )
-from kube_agent_sandbox.api.rest import SECRETS
+from kube_agent_sandbox.api.rest import PODS, SECRETS
 from kube_agent_sandbox.controller.runtime import (
     Obj,
 )
@@ -51,6 +52,8 @@ from kube_agent_sandbox.extensions.claim.fromsnapshot import (
     ANNOTATION_SNAPSHOT_PULL_SECRET,
 )
 from kube_agent_sandbox.extensions.snapshot import status as s
+from kube_agent_sandbox.extensions.snapshot.agent import kubelet_committer
+from kube_agent_sandbox.extensions.snapshot.checkpoint import KubeletCheckpointer
 from kube_agent_sandbox.extensions.snapshot.registry import RegistryError
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
 from kube_agent_sandbox.testing import versions
@@ -103,16 +106,61 @@ async def _manifest_status(settings: RegistrySettings, env: SnapshotEnv, image: 
     return 200
 
 
-async def test_memory_mode_fails_naming_what_is_missing(
-    env: SnapshotEnv, controller: RegistrySettings
-) -> None:
-    await env.running_sandbox("box")
+async def _memory_snapshot_committing(env: SnapshotEnv) -> Obj:
+    pod = await env.running_sandbox("box")
     await env.snapshot("mem", "box", mode="Memory")
-    failed = await env.until_phase("mem", s.FAILED)
+    committing = await env.until_phase("mem", s.COMMITTING)
+    assert committing["status"]["container"] == "main"
+    assert committing["status"]["sourcePod"] == pod["metadata"]["name"]
+    assert "checkpointing container main" in committing["status"]["conditions"][0]["message"]
+    return committing
+
+
+async def test_memory_mode_on_an_agent_without_kubelet_access_fails_naming_what_is_missing(
+    cluster: Any, env: SnapshotEnv, controller: RegistrySettings, namespace: str, tmp_path: Path
+) -> None:
+    committing = await _memory_snapshot_committing(env)
+    node = committing["status"]["node"]
+    async with running_agent(cluster, namespace, node, controller, FolderCommitter(tmp_path)):
+        failed = await env.until_phase("mem", s.FAILED)
     (ready,) = failed["status"]["conditions"]
     assert ready["reason"] == s.REASON_MEMORY_UNSUPPORTED
+    assert f"node agent on node {node} cannot checkpoint memory" in ready["message"]
+    assert "--kubelet-checkpoints-dir" in ready["message"]
     assert "CRIU" in ready["message"]
     assert "Filesystem" in ready["message"]
+    assert await env.get(PODS, "box") is not None  # the sandbox stays usable
+
+
+async def test_memory_mode_on_a_kubelet_without_the_checkpoint_api_fails_unsupported(
+    cluster: Any, env: SnapshotEnv, controller: RegistrySettings, namespace: str, tmp_path: Path
+) -> None:
+    # A kubelet whose ContainerCheckpoint gate is off answers 404 to /checkpoint/...: so does
+    # this HTTP server with no routes, on loopback.
+    app = web.Application()
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    token = tmp_path / "token"
+    token.write_text("unused")
+    try:
+        committing = await _memory_snapshot_committing(env)
+        node = committing["status"]["node"]
+        checkpointer = KubeletCheckpointer(
+            f"http://127.0.0.1:{runner.addresses[0][1]}", node=node, token_file=token
+        )
+        memory = kubelet_committer(checkpointer, tmp_path)
+        async with running_agent(
+            cluster, namespace, node, controller, FolderCommitter(tmp_path), memory
+        ):
+            failed = await env.until_phase("mem", s.FAILED)
+    finally:
+        await runner.cleanup()
+    (ready,) = failed["status"]["conditions"]
+    assert ready["reason"] == s.REASON_MEMORY_UNSUPPORTED
+    assert f"the kubelet on node {node} has no checkpoint API (404)" in ready["message"]
+    assert "image" not in failed["status"]
 
 
 async def test_a_snapshot_of_a_missing_sandbox_fails(

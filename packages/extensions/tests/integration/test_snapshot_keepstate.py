@@ -197,12 +197,15 @@ async def test_a_failed_push_keeps_the_pod_names_the_cause_and_deleting_the_snap
 
 
 async def test_a_failed_save_then_resume_makes_the_sandbox_ready_again(
-    env: SnapshotEnv, controller: RegistrySettings
+    cluster: Any, env: SnapshotEnv, controller: RegistrySettings, namespace: str, tmp_path: Path
 ) -> None:
-    # Memory is asked for: it fails with the snapshot controller's own wording.
-    await env.running_sandbox("box", {k.ANNOTATION_SNAPSHOT_ON_SUSPEND: k.MODE_MEMORY})
-    await _set_mode(env, "Suspended")
-    failed = await env.until_phase(SNAP, s.FAILED)
+    # Memory is asked for on a node agent that cannot checkpoint: it fails with its wording.
+    committing = await _suspended_while_committing(
+        env, {k.ANNOTATION_SNAPSHOT_ON_SUSPEND: k.MODE_MEMORY}
+    )
+    node = committing["status"]["node"]
+    async with running_agent(cluster, namespace, node, controller, FolderCommitter(tmp_path)):
+        failed = await env.until_phase(SNAP, s.FAILED)
     assert failed["status"]["conditions"][0]["reason"] == s.REASON_MEMORY_UNSUPPORTED
     cond = await _condition(env, "Suspended", k.REASON_STATE_NOT_SAVED)
     assert s.REASON_MEMORY_UNSUPPORTED in cond["message"]

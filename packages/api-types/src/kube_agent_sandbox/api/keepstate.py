@@ -5,7 +5,8 @@ Upstream's v1beta1 schemas have no field for it and the core controller must not
 extensions, so the handshake is three annotations on the Sandbox, written by different parties:
 
 * :data:`ANNOTATION_SNAPSHOT_ON_SUSPEND` (the user, a claim, a template, the gateway): the opt-in,
-  ``Filesystem`` (or ``Memory``, which fails with ``MemorySnapshotUnsupported``).
+  ``Filesystem`` or ``Memory`` (which fails with ``MemorySnapshotUnsupported`` where the node
+  cannot checkpoint).
 * :data:`ANNOTATION_SUSPEND_SNAPSHOT` (the keeper): where saving this suspension stands, as
   :class:`SuspendProgress` (the Sandbox's generation and Pod UID it is about, the
   SandboxSnapshot, the phase, and a failure's reason and message).

@@ -8,10 +8,12 @@ The build is idempotent: a binary that is present and reports the pinned version
 rebuilt.
 
 The CNCF distribution registry (the snapshot tests' OCI registry) is built with the rest; an
-OpenTelemetry Collector (the tracing tests' trace receiver) only with ``--with-otelcol``.
+OpenTelemetry Collector (the tracing tests' trace receiver) only with ``--with-otelcol``;
+containerd 2.x (the real node's checkpoint/restore option) only with ``--with-containerd2``;
+CRIU (from Debian's source tarball, for that node) only with ``--with-criu``.
 
 Usage: ``python -m kube_agent_sandbox.testing.build [--with-node] [--with-helm]
-[--with-prometheus] [--with-otelcol] [--only helm]``
+[--with-prometheus] [--with-otelcol] [--with-containerd2] [--with-criu] [--only helm]``
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kube_agent_sandbox.testing import versions
+from kube_agent_sandbox.testing.criu_build import CriuBuildError, build_criu
 
 
 class BuildError(RuntimeError):
@@ -96,7 +99,11 @@ def _go_env() -> dict[str, str]:
 def _version_output(binary: Path) -> str:
     # etcd, kwok, prometheus and promtool take --version; the Kubernetes binaries take
     # --version too, but kubectl wants `version --client` and helm `version`.
-    args = {"kubectl": ["version", "--client"], "helm": ["version"]}.get(binary.name, ["--version"])
+    args = {
+        "kubectl": ["version", "--client"],
+        "helm": ["version"],
+        "containerd-shim-runc-v2": ["-v"],
+    }.get(binary.name, ["--version"])
     try:
         out = subprocess.run(
             [str(binary), *args], capture_output=True, text=True, timeout=30, check=False
@@ -455,6 +462,44 @@ def build_otelcol(bin_dir: Path) -> None:
         raise BuildError(f"{bin_dir / 'otelcol'} does not report version {wanted}")
 
 
+def build_containerd2(bin_dir: Path) -> None:
+    """Install containerd 2.x, its runc shim and ctr (the pinned version stamped in).
+
+    Opt-in (``--with-containerd2``) and kept in its own folder: the real node runs it only
+    when ``RealNodeOptions.containerd_bin_dir`` names that folder. btrfs support is left out
+    (it needs C headers; the node uses overlayfs). Cold: about 3 min on 2 cores.
+    """
+    wanted = versions.CONTAINERD2_VERSION
+    if all(_has_version(bin_dir / n, wanted) for n in versions.CONTAINERD2_BINARIES):
+        _log(f"containerd {wanted} present")
+        return
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    env = _go_env()
+    env["GOBIN"] = str(bin_dir)
+    env.pop("GOFLAGS", None)
+    module = versions.CONTAINERD2_MODULE
+    stamp = f"-s -w -X {module}/version.Version={wanted} -X {module}/version.Package={module}"
+    _log(f"building containerd {wanted} (cold: ~3 min on 2 cores)")
+    _run_go(
+        [
+            "install",
+            "-v",
+            "-trimpath",
+            "-tags",
+            "no_btrfs",
+            "-ldflags",
+            stamp,
+            *(f"{module}/cmd/{name}@{wanted}" for name in versions.CONTAINERD2_BINARIES),
+        ],
+        cwd=bin_dir,
+        env=env,
+        what="containerd",
+    )
+    for name in versions.CONTAINERD2_BINARIES:
+        if not _has_version(bin_dir / name, wanted):
+            raise BuildError(f"{bin_dir / name} does not report version {wanted}")
+
+
 def kwok_stage_dir() -> Path:
     """kwok's stock Stage definitions, read from the Go module cache (never copied)."""
     modcache = subprocess.run(
@@ -463,7 +508,17 @@ def kwok_stage_dir() -> Path:
     return Path(modcache) / f"sigs.k8s.io/kwok@{versions.KWOK_VERSION}" / "kustomize" / "stage"
 
 
-COMPONENTS = ("etcd", "kwok", "kubernetes", "helm", "prometheus", "registry", "otelcol")
+COMPONENTS = (
+    "etcd",
+    "kwok",
+    "kubernetes",
+    "helm",
+    "prometheus",
+    "registry",
+    "otelcol",
+    "containerd2",
+    "criu",
+)
 """What ``--only`` can select."""
 
 
@@ -493,6 +548,10 @@ def build_only(names: Sequence[str], *, with_node: bool = False) -> Path:
         build_registry(bin_dir)
     if "otelcol" in names:
         build_otelcol(bin_dir)
+    if "containerd2" in names:
+        build_containerd2(versions.containerd2_bin_dir())
+    if "criu" in names:
+        build_criu(versions.criu_bin_dir())
     return bin_dir
 
 
@@ -502,6 +561,8 @@ def build_all(
     with_helm: bool = False,
     with_prometheus: bool = False,
     with_otelcol: bool = False,
+    with_containerd2: bool = False,
+    with_criu: bool = False,
 ) -> Path:
     """Build everything that is missing and return the binary directory."""
     bin_dir = versions.bin_dir()
@@ -513,6 +574,10 @@ def build_all(
         build_prometheus(bin_dir)
     if with_otelcol:
         build_otelcol(bin_dir)
+    if with_containerd2:
+        build_containerd2(versions.containerd2_bin_dir())
+    if with_criu:
+        build_criu(versions.criu_bin_dir())
     build_etcd(bin_dir)
     build_kwok(bin_dir)
     names = list(versions.KUBERNETES_BINARIES)
@@ -549,6 +614,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also build an OpenTelemetry Collector (the tracing tests' trace receiver)",
     )
     parser.add_argument(
+        "--with-containerd2",
+        action="store_true",
+        help="also build containerd 2.x, its runc shim and ctr (the checkpoint/restore node)",
+    )
+    parser.add_argument(
+        "--with-criu",
+        action="store_true",
+        help="also build CRIU from Debian's source tarball (the checkpoint/restore node)",
+    )
+    parser.add_argument(
         "--only",
         action="append",
         choices=COMPONENTS,
@@ -565,8 +640,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with_helm=args.with_helm,
                 with_prometheus=args.with_prometheus,
                 with_otelcol=args.with_otelcol,
+                with_containerd2=args.with_containerd2,
+                with_criu=args.with_criu,
             )
-    except BuildError as err:
+    except (BuildError, CriuBuildError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -41,6 +41,22 @@ OTELCOL_CONTRIB = "github.com/open-telemetry/opentelemetry-collector-contrib"
 REGISTRY_VERSION = "v3.1.2"
 REGISTRY_MODULE = "github.com/distribution/distribution/v3"
 
+# containerd 2.x for the real node's checkpoint/restore spike (issue 20): the CRI plugin
+# checkpoints a container (kubelet's checkpoint API) and restores one whose image is a
+# checkpoint image. v2.3 is the last minor that restores through CRI CreateContainer (2.4
+# removed it), so this pin must stay on 2.3.x. Built only with ``--with-containerd2``, into
+# its own folder (``containerd2_bin_dir``), so the node's default containerd stays Debian's.
+CONTAINERD2_VERSION = "v2.3.7"
+CONTAINERD2_MODULE = "github.com/containerd/containerd/v2"
+CONTAINERD2_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
+
+# CRIU for the checkpoint/restore node, built from Debian's source tarball (``--with-criu``):
+# Debian 12's 3.17 fails ``criu check`` on current kernels, and 4.1 cannot dump a process with
+# an inet socket on Linux 6.16 and later. The tarball is pinned by its SHA-256 (Debian's .dsc).
+CRIU_VERSION = "4.2.1"
+CRIU_SOURCE_URL = f"https://deb.debian.org/debian/pool/main/c/criu/criu_{CRIU_VERSION}.orig.tar.xz"
+CRIU_SOURCE_SHA256 = "29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9"
+
 KUBERNETES_BINARIES = (
     "kube-apiserver",
     "kube-controller-manager",
@@ -65,3 +81,13 @@ def bin_dir() -> Path:
     return (
         cache_root() / f"k8s-{KUBERNETES_VERSION}_etcd-{ETCD_VERSION}_kwok-{KWOK_VERSION}" / "bin"
     )
+
+
+def containerd2_bin_dir() -> Path:
+    """Directory of the containerd 2.x binaries (``RealNodeOptions.containerd_bin_dir``)."""
+    return cache_root() / f"containerd-{CONTAINERD2_VERSION}" / "bin"
+
+
+def criu_bin_dir() -> Path:
+    """Directory of the built ``criu`` (``RealNodeOptions.criu_bin_dir``)."""
+    return cache_root() / f"criu-{CRIU_VERSION}" / "bin"

@@ -44,8 +44,8 @@ class SnapshotMode(StrEnum):
     FILESYSTEM = "Filesystem"
     """The container's writable layer (files), as an image layer."""
     MEMORY = "Memory"
-    """Files and process memory (CRIU); reserved: asking for it fails with a condition that
-    names what is missing."""
+    """Files and process memory: the kubelet's checkpoint API (CRIU) on the node; where the
+    node cannot, the snapshot fails with a condition that names what is missing."""
 
 
 class SnapshotPhase(StrEnum):
@@ -62,7 +62,7 @@ class SandboxSnapshotSpec(KubeModel, validations=(SNAPSHOT_SPEC_IMMUTABLE,)):
 
     Attributes:
         sandbox_name: The Sandbox (same namespace) whose running container is committed.
-        mode: ``Filesystem`` (the default) or ``Memory`` (reserved, not available yet).
+        mode: ``Filesystem`` (the default) or ``Memory`` (needs CRIU on the node).
         repository: Repository in the controller's configured registry (default
             ``<prefix>/<namespace>/<sandbox>``).
         tag: Tag of the pushed image (default: the snapshot's name).
@@ -90,6 +90,7 @@ class SandboxSnapshotStatus(KubeModel):
         source_image: The image the Sandbox's container ran.
         source_pod: The Pod whose container was committed.
         container_id: The containerd ID of that container (what the node agent commits).
+        container: That container's name in the Pod (what the kubelet checkpoints).
         node: The node that hosted the container and committed it.
         target: Where the image is pushed, ``registry/repository:tag``.
         start_time: When the commit started.
@@ -105,6 +106,7 @@ class SandboxSnapshotStatus(KubeModel):
     source_image: str | None = None
     source_pod: str | None = None
     container_id: str | None = Field(default=None, alias="containerID")
+    container: str | None = None
     node: str | None = None
     target: str | None = None
     start_time: KubeTime | None = None

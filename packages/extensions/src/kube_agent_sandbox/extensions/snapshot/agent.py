@@ -3,8 +3,12 @@
 One runs on every node (a DaemonSet) with containerd's socket and its overlay snapshots
 mounted. It watches SandboxSnapshots, and for each in phase Committing whose ``status.node`` is
 its node it commits ``status.containerID`` with :func:`commit_container`, pushes to
-``status.target`` and writes Ready (image, digest, size) or Failed (the cause). The API server is
-the only channel between the controller and the agents: no endpoint to expose or authenticate.
+``status.target`` and writes Ready (image, digest, size) or Failed (the cause). A ``Memory``
+snapshot is checkpointed by the node's kubelet instead (``checkpoint.py``) when the agent is
+given the kubelet's checkpoints folder (``--kubelet-checkpoints-dir``); without it, or where the
+kubelet, the runtime or CRIU cannot, the snapshot fails with ``MemorySnapshotUnsupported``.
+The API server is the only channel between the controller and the agents: no endpoint to
+expose or authenticate.
 
 Commits of one container run one at a time (two snapshots of one sandbox at once both succeed,
 in turn: runc cannot freeze a frozen container twice). When the controller failed the snapshot
@@ -46,6 +50,13 @@ from kube_agent_sandbox.controller.runtime import (
     truncate_note,
 )
 from kube_agent_sandbox.extensions.snapshot import status as s
+from kube_agent_sandbox.extensions.snapshot.checkpoint import (
+    SERVICE_ACCOUNT_TOKEN,
+    CheckpointError,
+    KubeletCheckpointer,
+    checkpoint_container,
+    ssl_context,
+)
 from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
 from kube_agent_sandbox.extensions.snapshot.commit import commit_container as _commit
 from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdError, ContainerdNode
@@ -73,6 +84,57 @@ class Committer(Protocol):
     async def __call__(
         self, container_id: str, target: CommitTarget, registry: RegistryClient, *, comment: str
     ) -> CommitResult: ...
+
+
+class MemoryCommitter(Protocol):
+    """Checkpoints one container through the kubelet and pushes the archive as an image."""
+
+    async def __call__(
+        self,
+        *,
+        namespace: str,
+        pod: str,
+        container: str,
+        source_image: str,
+        target: CommitTarget,
+        registry: RegistryClient,
+    ) -> CommitResult: ...
+
+
+def kubelet_committer(checkpointer: KubeletCheckpointer, checkpoints_dir: Path) -> MemoryCommitter:
+    """The real memory committer: this node's kubelet, its checkpoints folder mounted."""
+
+    async def commit(
+        *,
+        namespace: str,
+        pod: str,
+        container: str,
+        source_image: str,
+        target: CommitTarget,
+        registry: RegistryClient,
+    ) -> CommitResult:
+        return await checkpoint_container(
+            checkpointer,
+            checkpoints_dir,
+            namespace=namespace,
+            pod=pod,
+            container=container,
+            source_image=source_image,
+            target=target,
+            registry=registry,
+        )
+
+    return commit
+
+
+def no_memory_message(node: str) -> str:
+    """Why a node agent without kubelet checkpoint access refuses a Memory snapshot."""
+    return (
+        f"the node agent on node {node} cannot checkpoint memory: it runs without "
+        "--kubelet-checkpoints-dir (memory snapshots need the kubelet's ContainerCheckpoint API, "
+        "containerd 2.0 to 2.3 with restore, and CRIU 4.2 or newer on the node); "
+        "use mode Filesystem"
+    )
 
 
 def node_committer(node: ContainerdNode, workdir: Path | None) -> Committer:
@@ -108,6 +170,7 @@ class SnapshotAgent:
         node_name: This node.
         settings: The registry (credentials read per commit).
         committer: Does the commit.
+        memory: Does a Memory snapshot (None: this node agent cannot, and says so).
         recorder: Receives the Events.
         metrics: Counts the snapshots this agent ended.
         clock: Now, in UTC.
@@ -121,11 +184,13 @@ class SnapshotAgent:
         node_name: str,
         settings: RegistrySettings,
         committer: Committer,
+        memory: MemoryCommitter | None = None,
         recorder: EventRecorder | None = None,
         metrics: SnapshotMetrics | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._client = client
+        self._memory = memory
         self._metrics = metrics
         self._snapshots = snapshots
         self._node = node_name
@@ -174,18 +239,41 @@ class SnapshotAgent:
         except ValueError as err:
             await self._finish(snapshot, s.FAILED, s.REASON_COMMIT_FAILED, str(err))
             return
+        memory = s.spec_of(snapshot).get("mode") == "Memory"
+        if memory and self._memory is None:
+            await self._finish(
+                snapshot, s.FAILED, s.REASON_MEMORY_UNSUPPORTED, no_memory_message(self._node)
+            )
+            return
         comment = f"SandboxSnapshot {namespace_of(snapshot)}/{name_of(snapshot)}"
         try:
             async with await self._settings.client() as registry:
-                result = await self._commit(
-                    str(status.get("containerID") or ""), target, registry, comment=comment
-                )
+                if memory and self._memory is not None:
+                    result = await self._memory(
+                        namespace=namespace_of(snapshot),
+                        pod=str(status.get("sourcePod") or ""),
+                        container=str(status.get("container") or ""),
+                        source_image=str(status.get("sourceImage") or ""),
+                        target=target,
+                        registry=registry,
+                    )
+                    message = (
+                        f"pushed {result.image} (a {result.layer.size}-byte checkpoint; the "
+                        f"process was dumped in {result.frozen_seconds:.2f}s and kept running)"
+                    )
+                else:
+                    result = await self._commit(
+                        str(status.get("containerID") or ""), target, registry, comment=comment
+                    )
+                    message = (
+                        f"pushed {result.image} ({result.layer.size} bytes added; the container "
+                        f"was frozen {result.frozen_seconds:.2f}s)"
+                    )
                 written = await self._finish(
                     snapshot,
                     s.READY,
                     s.REASON_PUSHED,
-                    f"pushed {result.image} ({result.layer.size} bytes added; the container was "
-                    f"frozen {result.frozen_seconds:.2f}s)",
+                    message,
                     image=result.image,
                     digest=result.digest,
                     size=result.layer.size,
@@ -194,6 +282,9 @@ class SnapshotAgent:
                 if not written:
                     # The snapshot failed meanwhile (its Pod went away): do not leave the image.
                     await registry.delete_manifest(target.repository, result.digest)
+        except CheckpointError as err:
+            reason = s.REASON_MEMORY_UNSUPPORTED if err.unsupported else s.REASON_COMMIT_FAILED
+            await self._finish(snapshot, s.FAILED, reason, str(err))
         except ContainerdError as err:
             await self._finish(snapshot, s.FAILED, s.REASON_SOURCE_DELETED, str(err))
         except (LayerError, ImageError) as err:
@@ -254,6 +345,23 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--snapshot-registry-ca", default="")
     parser.add_argument("--snapshot-repository-prefix", default="agent-sandbox/snapshots")
     parser.add_argument("--workdir", default="", help="layer files while pushed (default: /tmp)")
+    parser.add_argument(
+        "--kubelet-checkpoints-dir",
+        default="",
+        help="the kubelet's checkpoints folder, mounted (<kubelet root>/checkpoints); "
+        "without it Memory snapshots fail with MemorySnapshotUnsupported",
+    )
+    parser.add_argument(
+        "--kubelet-url",
+        default=os.environ.get("KUBELET_URL", ""),
+        help="this node's kubelet, https://<node IP>:10250 (default: $NODE_IP:10250)",
+    )
+    parser.add_argument("--kubelet-ca", default="", help="CA of the kubelet's serving cert")
+    parser.add_argument(
+        "--kubelet-insecure-tls",
+        action="store_true",
+        help="do not verify the kubelet's serving certificate (self-signed kubelet certs)",
+    )
     parser.add_argument("--kubeconfig", default="")
     parser.add_argument("--metrics-bind-address", default=":8080")
     parser.add_argument("--health-probe-bind-address", default=":8081")
@@ -269,6 +377,16 @@ async def run(args: argparse.Namespace) -> None:
         args.snapshot_repository_prefix,
     )
     node = ContainerdNode(Path(args.containerd_socket), ctr=args.ctr)
+    memory: MemoryCommitter | None = None
+    if args.kubelet_checkpoints_dir:
+        url = args.kubelet_url or f"https://{os.environ.get('NODE_IP', '127.0.0.1')}:10250"
+        checkpointer = KubeletCheckpointer(
+            url,
+            node=args.node_name,
+            token_file=SERVICE_ACCOUNT_TOKEN,
+            context=ssl_context(args.kubelet_ca, insecure=args.kubelet_insecure_tls),
+        )
+        memory = kubelet_committer(checkpointer, Path(args.kubelet_checkpoints_dir))
     async with ApiClient(load_config(args.kubeconfig or None)) as api:
         manager = Manager(
             api,
@@ -281,6 +399,7 @@ async def run(args: argparse.Namespace) -> None:
             node_name=args.node_name,
             settings=settings,
             committer=node_committer(node, Path(args.workdir) if args.workdir else None),
+            memory=memory,
             recorder=manager.event_recorder(EVENT_REPORTER),
             metrics=SnapshotMetrics(manager.registry),
         )

@@ -27,6 +27,9 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule(c.EXTENSIONS_GROUP, SANDBOX_SNAPSHOTS.plural, ("get", "list", "watch")),
     rule(c.EXTENSIONS_GROUP, f"{SANDBOX_SNAPSHOTS.plural}/status", ("get", "update")),
     # No Secret rule: the registry's credentials are a mounted file (--snapshot-registry-auth-file).
+    # Memory snapshots: the kubelet authorizes POST /checkpoint/... as create on nodes/checkpoint
+    # (only that subresource: not nodes/proxy, which would allow exec in any Pod).
+    rule("", "nodes/checkpoint", ("create",)),
     rule("", "events", ("create", "patch")),
     rule("events.k8s.io", "events", ("create", "patch")),
 )

@@ -4,10 +4,11 @@ the object.
 A snapshot goes Pending -> Committing -> Ready or Failed. The controller cannot reach
 containerd on a node, so it only finds the Sandbox's Pod and container, writes them (and the
 target ``host/repository:tag``) into the status with phase Committing, and leaves the commit to
-the node agent on that node (``agent.py``), which writes Ready or Failed. The controller fails
-a commit whose Pod went away or that no agent finished in time. Deleting a snapshot deletes its
-manifest from the registry first (a finalizer); a registry that is down is retried with backoff
-and the object stays, with a condition and an Event naming the cause.
+the node agent on that node (``agent.py``), which writes Ready or Failed (a ``Memory`` snapshot
+too: the agent has its kubelet checkpoint the container, or says what the node lacks). The
+controller fails a commit whose Pod went away or that no agent finished in time. Deleting a
+snapshot deletes its manifest from the registry first (a finalizer); a registry that is down is
+retried with backoff and the object stays, with a condition and an Event naming the cause.
 """
 
 from __future__ import annotations
@@ -52,12 +53,6 @@ POLL_COMMITTING: Final = 5.0
 """Seconds between looks at a commit's Pod (is it still there?)."""
 DELETE_REFUSED_RECHECK: Final = 300.0
 """Seconds before asking again a registry that refuses deletes."""
-
-MEMORY_MISSING: Final = (
-    "mode Memory needs the kubelet's ContainerCheckpoint API with CRIU on the node and a "
-    "containerd that restores checkpoints, and this controller does not implement memory "
-    "snapshots yet; use mode Filesystem"
-)
 
 
 class SnapshotRetry(TransientError):
@@ -168,8 +163,6 @@ class SnapshotReconciler:
     async def _start(self, snapshot: Obj) -> Result:
         spec = s.spec_of(snapshot)
         namespace = namespace_of(snapshot)
-        if spec.get("mode", "Filesystem") != "Filesystem":
-            return await self._fail(snapshot, s.REASON_MEMORY_UNSUPPORTED, MEMORY_MISSING)
         source = str(spec.get("sandboxName") or "")
         sandbox = self._sandboxes.get(namespace, source)
         if sandbox is None:
@@ -199,7 +192,8 @@ class SnapshotReconciler:
         repository = self._settings.repository(namespace, source, spec.get("repository"))
         tag = str(spec.get("tag") or name)
         target = f"{self._settings.host}/{repository}:{tag}"
-        message = f"committing container {container.get('name')} of Pod {pod_name} on node {node}"
+        verb = "checkpointing" if spec.get("mode") == "Memory" else "committing"
+        message = f"{verb} container {container.get('name')} of Pod {pod_name} on node {node}"
         body = s.with_status(
             snapshot,
             phase=s.COMMITTING,
@@ -210,6 +204,7 @@ class SnapshotReconciler:
             sourcePod=pod_name,
             sourceImage=str(container.get("image") or ""),
             containerID=container_id,
+            container=str(container.get("name") or ""),
             node=node,
             target=target,
             startTime=format_time(self._clock()),

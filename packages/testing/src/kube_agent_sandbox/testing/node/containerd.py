@@ -95,6 +95,16 @@ class ContainerdSettings:
     runtime_handlers: Mapping[str, str] = field(
         default_factory=lambda: {DEFAULT_RUNTIME: "runc", ALTERNATE_RUNTIME: "runc"}
     )
+    # A folder holding another containerd, ctr and containerd-shim-runc-v2 (e.g. a 2.x built
+    # from its Go module) used instead of the installed ones; None: the installed ones. It is
+    # put first on containerd's PATH, so the shim, runc and criu found there win too.
+    bin_dir: Path | None = None
+    # Let the CRI plugin restore a container whose image is a checkpoint image (containerd
+    # 2.0 to 2.3 only; 2.4 removed it). Needs containerd 2.x (``bin_dir``) and CRIU.
+    restore_via_create: bool = False
+    # A folder holding a newer ``criu`` (``build --with-criu``); put on containerd's PATH right
+    # after ``bin_dir``, so runc, started by the shim, checkpoints and restores with it.
+    criu_dir: Path | None = None
 
 
 def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str:
@@ -112,6 +122,8 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
     """
     if DEFAULT_RUNTIME not in settings.runtime_handlers:
         raise ContainerdError(f"the runtime handlers must include {DEFAULT_RUNTIME!r}")
+    if settings.restore_via_create and settings.bin_dir is None:
+        raise ContainerdError("restore_via_create needs containerd 2.x: set bin_dir")
     cri = '[plugins."io.containerd.grpc.v1.cri"]'
     lines = [
         "version = 2",
@@ -138,6 +150,11 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
         '  stream_server_port = "0"',
         "  enable_selinux = false",
         f"  restrict_oom_score_adj = {str(settings.restrict_oom_score_adj).lower()}",
+        *(
+            ["  enable_experimental_restore_via_create = true"]
+            if settings.restore_via_create
+            else []
+        ),
         # No swap accounting or tmpfs quirks: keep CRI defaults otherwise.
         f"{cri[:-1]}.registry]",
         f"  config_path = {_q(layout.registry_hosts_dir)}",
@@ -155,6 +172,9 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
             f"  BinaryName = {_q(binary)}",
             f"  Root = {_q(layout.runc_root)}",
         ]
+    if settings.bin_dir is not None:
+        # containerd 2.x serves NRI on a machine-wide socket by default; the node needs none.
+        lines += ['[plugins."io.containerd.nri.v1.nri"]', "  disable = true"]
     lines += [
         f"{cri[:-1]}.cni]",
         f"  bin_dir = {_q(settings.cni_bin_dir)}",
@@ -163,6 +183,31 @@ def render_config(layout: ContainerdLayout, settings: ContainerdSettings) -> str
         "",
     ]
     return "\n".join(lines)
+
+
+def containerd_environment(
+    bin_dir: Path | None, base: Mapping[str, str], criu_dir: Path | None = None
+) -> dict[str, str] | None:
+    """containerd's environment: ``bin_dir`` and ``criu_dir`` first on PATH, or None (inherit).
+
+    The shim, runc and criu are found on containerd's PATH (the shim inherits it), so a
+    folder with a newer shim and criu must come before the installed ones.
+
+    Args:
+        bin_dir: Folder of the containerd to run (None: the installed one).
+        base: The environment to extend (normally ``os.environ``).
+        criu_dir: Folder of the criu to use (None: the one on PATH).
+
+    Returns:
+        The full environment, or None to inherit the parent's unchanged.
+    """
+    first = [str(d) for d in (bin_dir, criu_dir) if d is not None]
+    if not first:
+        return None
+    env = dict(base)
+    rest = env.get("PATH") or os.defpath
+    env["PATH"] = os.pathsep.join([*first, rest])
+    return env
 
 
 _CAP_SYS_RESOURCE = 24
@@ -221,16 +266,16 @@ class Containerd:
             ContainerdError: If containerd or ctr is missing.
             ProcessFailedError: If containerd exits or does not answer in time.
         """
-        binary = shutil.which("containerd")
-        if binary is None or shutil.which("ctr") is None:
-            raise ContainerdError(
-                "containerd and ctr are not installed (apt-get install containerd)"
-            )
+        binary = self._tool("containerd")
+        if binary is None or self._tool("ctr") is None:
+            raise ContainerdError(self._missing_tools_message())
         for path in (self.layout.root, self.layout.state, self.layout.cni_conf_dir):
             path.mkdir(parents=True, exist_ok=True)
         self.layout.config_file.write_text(render_config(self.layout, self.settings))
         self._process = self._supervisor.start(
-            "containerd", [binary, "--config", str(self.layout.config_file)]
+            "containerd",
+            [binary, "--config", str(self.layout.config_file)],
+            env=containerd_environment(self.settings.bin_dir, os.environ, self.settings.criu_dir),
         )
         wait_until(
             lambda: self.ctr("version", check=False, timeout=5).returncode == 0,
@@ -238,6 +283,21 @@ class Containerd:
             what="containerd to answer on its socket",
             process=self._process,
             interval=0.2,
+        )
+
+    def _tool(self, name: str) -> str | None:
+        """``name`` from ``bin_dir`` when set, else from PATH (None when missing)."""
+        if self.settings.bin_dir is None:
+            return shutil.which(name)
+        path = self.settings.bin_dir / name
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+    def _missing_tools_message(self) -> str:
+        if self.settings.bin_dir is None:
+            return "containerd and ctr are not installed (apt-get install containerd)"
+        return (
+            f"{self.settings.bin_dir} lacks containerd or ctr "
+            "(python -m kube_agent_sandbox.testing.build --with-containerd2)"
         )
 
     def ctr(
@@ -256,7 +316,14 @@ class Containerd:
         Raises:
             ContainerdError: If ctr fails and ``check`` is set.
         """
-        argv = ["ctr", "--address", str(self.layout.socket), "--namespace", CRI_NAMESPACE, *args]
+        argv = [
+            self._tool("ctr") or "ctr",
+            "--address",
+            str(self.layout.socket),
+            "--namespace",
+            CRI_NAMESPACE,
+            *args,
+        ]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise ContainerdError(

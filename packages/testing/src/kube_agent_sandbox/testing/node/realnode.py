@@ -127,6 +127,13 @@ class RealNodeOptions:
     start_timeout: float = 120.0
     #: Seconds to wait for another real node on this machine to stop.
     lock_timeout: float = 900.0
+    #: Folder of a containerd 2.x (containerd, ctr, containerd-shim-runc-v2, and criu if the
+    #: installed one is too old) to run instead of the installed containerd, with restore of
+    #: checkpoint images on (``build --with-containerd2`` builds it); None: the installed one.
+    containerd_bin_dir: Path | None = None
+    #: Folder of a newer ``criu`` for that containerd (``build --with-criu`` builds it into
+    #: ``versions.criu_bin_dir()``); None: the ``criu`` on PATH.
+    criu_bin_dir: Path | None = None
 
 
 class RealNode:
@@ -235,6 +242,9 @@ class RealNode:
                     DEFAULT_RUNTIME: shutil.which("runc") or "runc",
                     ALTERNATE_RUNTIME: str(self._path("bin", ALTERNATE_RUNTIME)),
                 },
+                bin_dir=self.options.containerd_bin_dir,
+                restore_via_create=self.options.containerd_bin_dir is not None,
+                criu_dir=self.options.criu_bin_dir,
             ),
             supervisor=self._supervisor,
         )
