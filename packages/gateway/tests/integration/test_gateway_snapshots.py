@@ -5,7 +5,8 @@ The gateway, the Sandbox, claim and SandboxSnapshot controllers and the snapshot
 run in-process, each as its ServiceAccount with its generated RBAC. Only the agent's committer
 differs from a node's: kwok runs no containers, so it pushes a layer made from a folder (the
 extensions' ``FolderCommitter``). Covered: ``create_snapshot`` (Ready, pushed), the memory mode
-refused with what is missing, the web console's Snapshot action, ``list_snapshots``,
+failing on a kwok node (no checkpoint API) with what is missing and leaving nothing behind,
+the web console's Snapshot action, ``list_snapshots``,
 ``Sandbox.create(<snapshot id>)`` (a cold Sandbox running the snapshot's image),
 ``fork``, ``delete_snapshot`` (the image leaves the registry), another tenant that sees
 and uses none of it, and ``pause`` keeping the files (the state keeper's snapshot; the resumed
@@ -129,11 +130,13 @@ async def test_e2b_sdk_snapshot_verbs(
             assert await AsyncSandbox.delete_snapshot(shot["snapshotID"], api_key=key) is True
             await env.until_gone(SANDBOX_SNAPSHOTS, shot["snapshotID"])
 
-            # -- memory mode: E2B's "feature unavailable" answer, naming what is missing --
+            # -- memory mode: tried; the kwok node cannot checkpoint, so the controller's ----
+            # -- MemorySnapshotUnsupported reaches the SDK and the SandboxSnapshot goes ----
             with pytest.raises(SandboxException) as refused:
-                await sbx.create_snapshot(mode="full")
-            assert "CRIU" in str(refused.value)
+                await sbx.create_snapshot(name="live", mode="full")
             assert "400" in str(refused.value)
+            assert "--kubelet-checkpoints-dir" in str(refused.value)
+            await env.until_gone(SANDBOX_SNAPSHOTS, "live")
 
             # -- list_snapshots ----------------------------------------------------------
             listed = await AsyncSandbox.list_snapshots(api_key=key).next_items()

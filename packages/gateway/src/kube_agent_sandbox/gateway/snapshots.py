@@ -2,8 +2,10 @@
 
 The E2B routes (:mod:`.controlplane.snapshots`) and the web console share these steps. A
 snapshot's id is its SandboxSnapshot's name, in the tenant's namespace: a key sees and uses
-only its own namespace's snapshots. The gateway takes only filesystem snapshots (memory ones
-are not implemented) and records the warm pool of the source claim on the SandboxSnapshot
+only its own namespace's snapshots. A memory snapshot is a SandboxSnapshot of mode Memory:
+where the node cannot checkpoint, the controller fails it with ``MemorySnapshotUnsupported``
+and its message (what is missing) is answered as :class:`MemorySnapshotUnsupported`. The
+gateway records the warm pool of the source claim on the SandboxSnapshot
 (:data:`~kube_agent_sandbox.api.constants.ANNOTATION_SNAPSHOT_WARM_POOL`): a sandbox created
 from it is a claim of that pool, hence of the source's template, with the snapshot's image.
 
@@ -44,11 +46,7 @@ SET_UP_HINT: Final = (
     "run the controller with --extensions --snapshot-registry=<registry> and the"
     " agent-sandbox-snapshotter DaemonSet (docs/guides/snapshots.md)"
 )
-MEMORY_UNSUPPORTED: Final = (
-    'memory snapshots (E2B mode "full") are not available: they need the kubelet\'s'
-    " ContainerCheckpoint API with CRIU and a containerd that restores checkpoints, which this"
-    ' project does not implement yet; take a filesystem snapshot (mode="filesystem")'
-)
+REASON_MEMORY_UNSUPPORTED: Final = "MemorySnapshotUnsupported"
 
 
 class SnapshotError(Exception):
@@ -71,13 +69,10 @@ class SnapshotsUnavailable(SnapshotError):
 
 
 class MemorySnapshotUnsupported(SnapshotError):
-    """A memory ("full") snapshot was asked for."""
+    """A memory ("full") snapshot the source's node cannot take (the message says why)."""
 
     status = 400
     error_code = "snapshot_memory_unsupported"
-
-    def __init__(self) -> None:
-        super().__init__(MEMORY_UNSUPPORTED)
 
 
 class InvalidSnapshotRequest(SnapshotError):
@@ -173,15 +168,17 @@ def _refused(exc: ApiError, what: str) -> SnapshotError:
 
 
 async def take_snapshot(
-    state: GatewayState, record: SandboxRecord, *, name: str | None = None
+    state: GatewayState, record: SandboxRecord, *, name: str | None = None, memory: bool = False
 ) -> SnapshotInfo:
-    """A filesystem snapshot of the running sandbox, once Ready (the sandbox keeps running).
+    """A snapshot of the running sandbox, once Ready (the sandbox keeps running): of its files,
+    or with ``memory`` of its processes too (mode Memory).
 
     A snapshot that fails is deleted (nothing is kept of it) and the failure answered.
 
     Raises:
         SnapshotError: the cluster cannot, the sandbox is not running, the name is taken, the
-            commit failed or did not finish within ``--snapshot-timeout``.
+            commit failed or did not finish within ``--snapshot-timeout``;
+            :class:`MemorySnapshotUnsupported` when the node cannot checkpoint.
     """
     sandbox = record.sandbox
     if record.suspended or sandbox is None or record.pod is None:
@@ -200,7 +197,10 @@ async def take_snapshot(
             "labels": {LABEL_SNAPSHOT_SANDBOX: record.sandbox_id},
             "annotations": {c.ANNOTATION_SNAPSHOT_WARM_POOL: pool},
         },
-        "spec": {"sandboxName": sandbox["metadata"]["name"], "mode": "Filesystem"},
+        "spec": {
+            "sandboxName": sandbox["metadata"]["name"],
+            "mode": "Memory" if memory else "Filesystem",
+        },
     }
     try:
         await state.api.create(SANDBOX_SNAPSHOTS, record.namespace, body)
@@ -225,6 +225,11 @@ async def take_snapshot(
     await _delete_quietly(state, record.namespace, name)
     if reason in ("SandboxNotFound", "SourceDeleted"):
         raise SnapshotNotFound(f"sandbox {record.sandbox_id} went away during the snapshot")
+    if reason == REASON_MEMORY_UNSUPPORTED:
+        raise MemorySnapshotUnsupported(
+            f"memory snapshot of sandbox {record.sandbox_id} is not possible on its node:"
+            f' {message}; take a filesystem snapshot (mode="filesystem") instead'
+        )
     raise SnapshotFailed(f"snapshot {name} failed ({reason}): {message}")
 
 

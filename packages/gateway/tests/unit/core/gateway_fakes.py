@@ -222,8 +222,11 @@ def claim_of(api: FakeApi, name: str, namespace: str = TENANT) -> dict[str, Any]
 
 
 @contextlib.asynccontextmanager
-async def snapshot_controller(api: FakeApi, outcome: str = "Ready") -> AsyncIterator[list[str]]:
-    """Give every new SandboxSnapshot ``outcome``; yields the names it saw."""
+async def snapshot_controller(
+    api: FakeApi, outcome: str = "Ready", message: str = "registry down"
+) -> AsyncIterator[list[str]]:
+    """Give every new SandboxSnapshot ``outcome`` (a failure's reason, with ``message``);
+    yields the names it saw."""
     seen: list[str] = []
 
     async def run() -> None:
@@ -249,7 +252,7 @@ async def snapshot_controller(api: FakeApi, outcome: str = "Ready") -> AsyncIter
                                     "type": "Ready",
                                     "status": "False",
                                     "reason": outcome,
-                                    "message": "registry down",
+                                    "message": message,
                                 }
                             ],
                         }

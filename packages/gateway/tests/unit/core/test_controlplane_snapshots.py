@@ -96,13 +96,26 @@ async def test_another_tenant_sees_and_uses_none_of_them(gateway: Gateway) -> No
     assert unauthorised.status_code == 401
 
 
-async def test_memory_mode_is_refused_naming_what_is_missing(gateway: Gateway) -> None:
+async def test_memory_mode_takes_a_memory_snapshot(gateway: Gateway) -> None:
     sid = await _create(gateway)
-    response = await _snapshot(gateway, sid, {"memory": True})
+    async with snapshot_controller(gateway.api):
+        response = await _snapshot(gateway, sid, {"name": "live", "memory": True})
+    assert response.status_code == 201, response.text
+    assert response.json() == {"snapshotID": "live", "names": ["live"]}
+    stored = gateway.api.obj(SANDBOX_SNAPSHOTS, "live", TENANT)
+    assert stored is not None
+    assert stored["spec"]["mode"] == "Memory"
+
+
+async def test_memory_mode_on_a_node_that_cannot_names_what_is_missing(gateway: Gateway) -> None:
+    sid = await _create(gateway)
+    missing = "the kubelet on node n1 has no checkpoint API (404)"
+    async with snapshot_controller(gateway.api, "MemorySnapshotUnsupported", missing):
+        response = await _snapshot(gateway, sid, {"name": "live", "memory": True})
     assert response.status_code == 400
     body = response.json()
     assert body["error_code"] == "snapshot_memory_unsupported"
-    assert "CRIU" in body["message"]
+    assert missing in body["message"]
     assert "filesystem" in body["message"]
     assert gateway.api.objects(SANDBOX_SNAPSHOTS) == []
 

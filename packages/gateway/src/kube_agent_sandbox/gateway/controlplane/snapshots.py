@@ -1,9 +1,10 @@
 """E2B's snapshot routes, as the SDKs call them (``Sandbox.create_snapshot`` and friends).
 
 * ``POST /sandboxes/{id}/snapshots`` ``{name?, memory?}``: 201 ``{snapshotID, names}`` once
-  the snapshot is Ready. ``memory: true`` (E2B's "full" mode) is refused with 400 and
-  ``error_code`` ``snapshot_memory_unsupported``; without ``memory`` the snapshot is a
-  filesystem one (E2B's default would be "full", which this gateway cannot take).
+  the snapshot is Ready. ``memory: true`` (E2B's "full" mode) is a Memory SandboxSnapshot;
+  where the node cannot checkpoint it is deleted and answered 400 with ``error_code``
+  ``snapshot_memory_unsupported`` and the controller's reason; without ``memory`` the
+  snapshot is a filesystem one.
 * ``GET /snapshots?sandboxID=&limit=&nextToken=``: the tenant's Ready snapshots, paged with
   the ``x-next-token`` header.
 * ``DELETE /templates/{id}``: ``delete_snapshot`` (E2B keeps snapshots as templates); 204, or
@@ -87,9 +88,7 @@ async def create_snapshot(request: Request, state: GatewayState) -> Response:
     except BadRequest as exc:
         return bad_request(str(exc))
     try:
-        if memory:
-            raise snapshots.MemorySnapshotUnsupported
-        info = await snapshots.take_snapshot(state, record, name=name)
+        info = await snapshots.take_snapshot(state, record, name=name, memory=memory)
     except snapshots.SnapshotError as exc:
         return snapshot_error(exc)
     return JSONResponse(info.e2b(), status_code=201)
