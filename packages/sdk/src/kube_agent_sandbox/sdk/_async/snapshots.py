@@ -2,9 +2,10 @@
 sandbox from one, which returns a handle, is on the client itself).
 
 A snapshot taken here records the warm pool of its source's claim
-(``kube-agent-sandbox.io/snapshot-warm-pool``), so a claim from it needs no pool named. Only
-filesystem snapshots exist: asking for ``Memory`` raises :class:`SnapshotUnavailableError` at
-once, without creating anything (docs/guides/snapshots.md).
+(``kube-agent-sandbox.io/snapshot-warm-pool``), so a claim from it needs no pool named. A ``Memory``
+snapshot is asked of the cluster like a filesystem one; where the node cannot checkpoint it
+fails, raising :class:`SnapshotFailedError` with reason ``MemorySnapshotUnsupported`` and the
+controller's message naming what is missing (docs/guides/snapshots.md).
 
 Hand-written source: ``_sync/snapshots.py`` is generated from it by ``scripts/unasync_sdk.py``.
 """
@@ -36,11 +37,6 @@ MODES: Final = ("Filesystem", "Memory")
 SET_UP_HINT: Final = (
     "run the controller with --extensions --snapshot-registry=<registry> and the"
     " agent-sandbox-snapshotter DaemonSet (docs/guides/snapshots.md)"
-)
-MEMORY_UNSUPPORTED: Final = (
-    "memory snapshots are not available: they need the kubelet's ContainerCheckpoint API with"
-    " CRIU and a containerd that restores checkpoints, which this project does not implement"
-    ' yet; take a filesystem snapshot (mode="Filesystem")'
 )
 
 
@@ -76,13 +72,14 @@ class AsyncSnapshotCalls(AsyncObjectCalls):
         wait: bool = True,
         timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
     ) -> Obj:
-        """Snapshot a running Sandbox's files (it keeps running) and, by default, wait for Ready.
+        """Snapshot a running Sandbox (it keeps running) and, by default, wait for Ready.
 
         Args:
             sandbox: the Sandbox.
             name: the snapshot's name (``<sandbox>-<8 hex>`` by default).
             namespace: the Sandbox's namespace.
-            mode: ``Filesystem``; ``Memory`` is not implemented (raises).
+            mode: ``Filesystem`` (its files) or ``Memory`` (its processes too, where the node
+                can checkpoint).
             warm_pool: the pool a claim from it uses; by default the pool of the Sandbox's claim.
             wait: wait until Ready.
             timeout: seconds to wait.
@@ -92,15 +89,14 @@ class AsyncSnapshotCalls(AsyncObjectCalls):
 
         Raises:
             ValueError: an unknown mode or an invalid name.
-            SnapshotUnavailableError: a memory snapshot, no SandboxSnapshot API, or no
-                controller took it (it is deleted again).
-            SnapshotFailedError: the snapshot failed (its reason says why).
+            SnapshotUnavailableError: no SandboxSnapshot API, or no controller took it (it is
+                deleted again).
+            SnapshotFailedError: the snapshot failed (its reason says why:
+                ``MemorySnapshotUnsupported`` when the node cannot checkpoint memory).
             SandboxTimeoutError: not Ready in time (it is kept).
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if mode == "Memory":
-            raise SnapshotUnavailableError(MEMORY_UNSUPPORTED)
         ns = self._ns(namespace)
         name = builders.validate_name(name or f"{sandbox}-{secrets.token_hex(4)}")
         pool = warm_pool or await self._claim_pool(sandbox, ns)

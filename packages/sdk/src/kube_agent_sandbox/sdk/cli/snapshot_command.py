@@ -41,7 +41,7 @@ def _emit(objs: Any, fmt: str) -> None:
 def register(app: typer.Typer, state: State, errors: Errors) -> None:
     """Add the ``snapshot`` command group to ``app``."""
     group = typer.Typer(
-        name="snapshot", help="Filesystem snapshots of running sandboxes.", no_args_is_help=True
+        name="snapshot", help="Snapshots of running sandboxes.", no_args_is_help=True
     )
     app.add_typer(group)
 
@@ -50,9 +50,9 @@ def register(app: typer.Typer, state: State, errors: Errors) -> None:
         sandbox: Annotated[str, typer.Argument(help="The running Sandbox.")],
         name: Annotated[str | None, typer.Option(help="Snapshot name.")] = None,
         namespace: Namespace = None,
-        mode: Annotated[str, typer.Option(help="Filesystem (Memory is not available).")] = (
-            "Filesystem"
-        ),
+        mode: Annotated[
+            str, typer.Option(help="Filesystem, or Memory (processes too, where nodes can).")
+        ] = "Filesystem",
         warm_pool: Annotated[
             str | None, typer.Option(help="Pool a claim from it uses (default: the source's).")
         ] = None,
@@ -60,7 +60,7 @@ def register(app: typer.Typer, state: State, errors: Errors) -> None:
         timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 300.0,
         fmt: OutputOpt = "name",
     ) -> None:
-        """Snapshot a running Sandbox's files (it keeps running) and print the snapshot."""
+        """Snapshot a running Sandbox (it keeps running) and print the snapshot."""
         with errors():
             obj = state.client().create_snapshot(
                 sandbox,
