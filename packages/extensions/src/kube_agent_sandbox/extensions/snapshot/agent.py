@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import functools
 import logging
 import os
 import sys
@@ -103,28 +104,7 @@ class MemoryCommitter(Protocol):
 
 def kubelet_committer(checkpointer: KubeletCheckpointer, checkpoints_dir: Path) -> MemoryCommitter:
     """The real memory committer: this node's kubelet, its checkpoints folder mounted."""
-
-    async def commit(
-        *,
-        namespace: str,
-        pod: str,
-        container: str,
-        source_image: str,
-        target: CommitTarget,
-        registry: RegistryClient,
-    ) -> CommitResult:
-        return await checkpoint_container(
-            checkpointer,
-            checkpoints_dir,
-            namespace=namespace,
-            pod=pod,
-            container=container,
-            source_image=source_image,
-            target=target,
-            registry=registry,
-        )
-
-    return commit
+    return functools.partial(checkpoint_container, checkpointer, checkpoints_dir)
 
 
 def no_memory_message(node: str) -> str:
