@@ -591,6 +591,9 @@ async def test_a_pty_types_and_resizes_through_another_replica(
     with pytest.raises(CommandExitException) as ended:
         await terminal.wait()
     assert ended.value.exit_code == 5
+    # Its exec streams are gone (the local stand-in kills the relay): the holder cleans up.
+    fifo_dir = f"/tmp/.agent-sandbox-exec/{terminal.pid}"
+    await eventually(lambda: not os.path.exists(fifo_dir), within=10)
 
 
 async def test_stream_input_writes_each_message_through_any_replica(

@@ -117,14 +117,16 @@ RELAY_INPUT = (
     f'b={INPUT_DIR}; d=$b/$1; mkdir -p -m 0700 "$b" && rm -rf -- "$d" && mkdir -m 0700 "$d" '
     '&& mkfifo -m 0600 "$d/in" && echo "$2" > "$d/kind" || exit 1; '
     'sh -c \'exec 3<>"$2/in"; '
-    'while kill -0 "$1" 2>/dev/null && [ ! -e "$2/closed" ]; do sleep 1 3>&-; done\' '
+    'while kill -0 "$1" 2>/dev/null && [ ! -e "$2/closed" ]; do sleep 1 3>&-; done; '
+    'kill -0 "$1" 2>/dev/null || rm -rf -- "$2"\' '
     'sh "$1" "$d" </dev/null >/dev/null 2>&1 & '
     'echo "$!" > "$d/holder"; echo ready >&2; cat "$d/in"; rm -rf -- "$d"'
 )
 """``$1``: PID of a command started with stdin, ``$2``: ``stdin`` or ``pty``. Runs beside the
 command on the gateway replica that started it: makes the FIFO ``$d/in``, starts its holder
 (keeps the FIFO open for writing, so ``cat`` sees no EOF between two writers and writers never
-block on an absent reader; it ends when the command ends or ``closed`` appears), prints
+block on an absent reader; it ends when ``closed`` appears or when the command ends, then
+removing the folder too in case the relay is gone), prints
 ``ready`` on stderr, then copies the FIFO to stdout (the replica writes it to the command's
 stdin) until every writer is gone, and removes the folder."""
 
