@@ -28,6 +28,7 @@ import functools
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -64,6 +65,12 @@ from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdError, C
 from kube_agent_sandbox.extensions.snapshot.image import ImageError
 from kube_agent_sandbox.extensions.snapshot.layer import LayerError
 from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
+from kube_agent_sandbox.extensions.snapshot.nospace import (
+    disk_full_message,
+    node_disk_full,
+    registry_full,
+    registry_full_message,
+)
 from kube_agent_sandbox.extensions.snapshot.registry import RegistryClient, RegistryError
 from kube_agent_sandbox.extensions.snapshot.settings import (
     RegistrySettings,
@@ -153,6 +160,8 @@ class SnapshotAgent:
         memory: Does a Memory snapshot (None: this node agent cannot, and says so).
         recorder: Receives the Events.
         metrics: Counts the snapshots this agent ended.
+        workdir: The committer's work folder (named when it fills up; the system's temporary
+            folder when None).
         clock: Now, in UTC.
     """
 
@@ -167,9 +176,11 @@ class SnapshotAgent:
         memory: MemoryCommitter | None = None,
         recorder: EventRecorder | None = None,
         metrics: SnapshotMetrics | None = None,
+        workdir: Path | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._client = client
+        self._workdir = workdir or Path(tempfile.gettempdir())
         self._memory = memory
         self._metrics = metrics
         self._snapshots = snapshots
@@ -262,14 +273,25 @@ class SnapshotAgent:
                 if not written:
                     # The snapshot failed meanwhile (its Pod went away): do not leave the image.
                     await registry.delete_manifest(target.repository, result.digest)
-        except CheckpointError as err:
-            reason = s.REASON_MEMORY_UNSUPPORTED if err.unsupported else s.REASON_COMMIT_FAILED
-            await self._finish(snapshot, s.FAILED, reason, str(err))
+        except RegistryError as err:
+            if registry_full(err):
+                message = registry_full_message(err)
+                await self._finish(snapshot, s.FAILED, s.REASON_REGISTRY_STORAGE_FULL, message)
+            else:
+                await self._finish(snapshot, s.FAILED, s.REASON_PUSH_FAILED, str(err))
+        except (CheckpointError, LayerError, ImageError, OSError) as err:
+            if node_disk_full(err):
+                message = disk_full_message(self._node, err, self._workdir)
+                await self._finish(snapshot, s.FAILED, s.REASON_NODE_DISK_FULL, message)
+            elif isinstance(err, OSError):
+                raise  # not the commit's (the API server unreachable): the queue retries
+            elif isinstance(err, CheckpointError) and err.unsupported:
+                await self._finish(snapshot, s.FAILED, s.REASON_MEMORY_UNSUPPORTED, str(err))
+            else:
+                await self._finish(snapshot, s.FAILED, s.REASON_COMMIT_FAILED, str(err))
         except ContainerdError as err:
             await self._finish(snapshot, s.FAILED, s.REASON_SOURCE_DELETED, str(err))
-        except (LayerError, ImageError) as err:
-            await self._finish(snapshot, s.FAILED, s.REASON_COMMIT_FAILED, str(err))
-        except (RegistryError, ValueError) as err:
+        except ValueError as err:
             await self._finish(snapshot, s.FAILED, s.REASON_PUSH_FAILED, str(err))
 
     async def _finish(
@@ -380,6 +402,7 @@ async def run(args: argparse.Namespace) -> None:
             settings=settings,
             committer=node_committer(node, Path(args.workdir) if args.workdir else None),
             memory=memory,
+            workdir=Path(args.workdir) if args.workdir else None,
             recorder=manager.event_recorder(EVENT_REPORTER),
             metrics=SnapshotMetrics(manager.registry),
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -290,14 +291,29 @@ class RegistryClient:
             raise RegistryError(f"{self.url} started an upload without a Location")
         location = urljoin(self.url + "/", location)
         separator = "&" if "?" in location else "?"
-        _, done, _ = await self._request(
-            "PUT",
-            f"{location}{separator}digest={digest}",
-            repository=repository,
-            expected=(201,),
-            headers={"Content-Type": "application/octet-stream"},
-            body=content,
-        )
+        try:
+            _, done, _ = await self._request(
+                "PUT",
+                f"{location}{separator}digest={digest}",
+                repository=repository,
+                expected=(201,),
+                headers={"Content-Type": "application/octet-stream"},
+                body=content,
+            )
+        except RegistryError as err:
+            # Cancel the upload so the registry drops what it stored of it (a full registry
+            # would otherwise keep the partial blob until its upload purge).
+            with contextlib.suppress(RegistryError):
+                await self._request(
+                    "DELETE", location, repository=repository, expected=(202, 204, 404)
+                )
+            # The size tells a registry short of space how much more it needs.
+            size = (
+                len(content)
+                if isinstance(content, bytes)
+                else (await asyncio.to_thread(content.stat)).st_size
+            )
+            raise RegistryError(f"uploading {size} bytes: {err}", status=err.status) from err
         stored = done.get("Docker-Content-Digest")
         if stored is not None and stored != digest:
             raise RegistryError(f"{self.url} stored blob {digest} as {stored}")
