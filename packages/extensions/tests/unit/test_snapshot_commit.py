@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from kube_agent_sandbox.extensions.snapshot.commit import _freeze_and_diff
 from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdNode, ContainerInfo
 from kube_agent_sandbox.extensions.snapshot.layer import LayerError
 from kube_agent_sandbox.extensions.snapshot.nospace import disk_full_message, node_disk_full
+from kube_agent_sandbox.testing.tmpfs import tmpfs_or_skip
 
 CONTAINER = ContainerInfo("c1", "docker.io/library/python:3", "overlayfs", "k1")
 
@@ -77,15 +77,8 @@ def test_a_failed_copy_still_thaws_and_leaves_nothing(tmp_path: Path) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB filesystem (tmpfs; mounting needs root, as CI runs)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    folder = tmp_path / "small"
-    folder.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], check=True)
-    try:
+    with tmpfs_or_skip(tmp_path / "small") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
 
 
 def test_a_full_work_folder_thaws_leaves_nothing_and_is_told_as_disk_full(
