@@ -33,7 +33,12 @@ from kube_agent_sandbox.controller.runtime import (
     Obj,
     load_kubeconfig,
 )
-from kube_agent_sandbox.extensions.snapshot.agent import Committer, MemoryCommitter, SnapshotAgent
+from kube_agent_sandbox.extensions.snapshot.agent import (
+    EVENT_REPORTER,
+    Committer,
+    MemoryCommitter,
+    SnapshotAgent,
+)
 from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
 from kube_agent_sandbox.extensions.snapshot.image import (
     OCI_CONFIG,
@@ -104,7 +109,7 @@ async def running_agent(
     memory: MemoryCommitter | None = None,
     workdir: Path | None = None,
 ) -> AsyncIterator[None]:
-    """The node agent of ``node`` (informer, queue and status writes as in the DaemonSet);
+    """The node agent of ``node`` (informer, queue, status writes and Events as in the DaemonSet);
     ``memory``: its Memory snapshots (None: as without ``--kubelet-checkpoints-dir``);
     ``workdir``: its ``--workdir``."""
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as api:
@@ -119,6 +124,7 @@ async def running_agent(
             committer=committer,
             memory=memory,
             workdir=workdir,
+            recorder=manager.event_recorder(EVENT_REPORTER),
         )
         ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
             4

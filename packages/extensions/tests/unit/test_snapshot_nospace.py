@@ -84,3 +84,18 @@ def test_the_messages_name_the_folder_the_room_and_the_registry(tmp_path: Path) 
     assert "https://r:5000" in text
     assert "3145728 bytes" in text
     assert "garbage collection" in text
+
+
+def test_distributions_storage_error_is_found_past_the_truncated_message() -> None:
+    # CNCF distribution on a full disk: 500 UNKNOWN, the driver's error in the detail, after a
+    # path long enough to push it out of the message's first 300 characters.
+    path = "/var/lib/registry/docker/registry/v2/repositories/" + "a/" * 150 + "_uploads/u/data"
+    body = (
+        '{"errors":[{"code":"UNKNOWN","message":"unknown error",'
+        f'"detail":"write {path}: no space left on device"}}]}}'
+    )
+    err = RegistryError(f"PUT https://r/v2/x answered 500: {body[:300]}", status=500, body=body)
+    assert "no space" not in str(err)
+    assert registry_full(err)
+    assert f"(write {path}: no space left on device)" in registry_full_message(err)
+    assert not registry_full(RegistryError("PUT answered 500: x", status=500, body="{not json"))

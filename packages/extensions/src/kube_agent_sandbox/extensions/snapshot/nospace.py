@@ -11,6 +11,7 @@ with the driver's "no space left on device").
 from __future__ import annotations
 
 import errno
+import json
 import shutil
 from pathlib import Path
 from typing import Final
@@ -57,7 +58,20 @@ def registry_full(err: RegistryError) -> bool:
     """Whether the registry refused a write for want of storage (or quota)."""
     if err.status == INSUFFICIENT_STORAGE:
         return True
-    return err.status >= 400 and _says_no_space(str(err))
+    return err.status >= 400 and _says_no_space(f"{err} {err.body}")
+
+
+def _storage_detail(body: str) -> str:
+    """The OCI error of ``body`` that speaks of space (distribution's storage driver error)."""
+    try:
+        errors = json.loads(body).get("errors") or []
+    except (ValueError, AttributeError):
+        return ""
+    for error in errors if isinstance(errors, list) else []:
+        text = f"{error.get('message') or ''}: {error.get('detail') or ''}"
+        if _says_no_space(text):
+            return str(error.get("detail") or error.get("message"))
+    return ""
 
 
 def _size(count: int) -> str:
@@ -100,9 +114,11 @@ def disk_full_message(node: str, err: BaseException, workdir: Path) -> str:
 
 
 def registry_full_message(err: RegistryError) -> str:
-    """The registry's refusal, and what to do."""
+    """The registry's refusal (with its storage error), and what to do."""
+    detail = _storage_detail(err.body)
     return (
-        f"the registry has no room for the snapshot: {err}. The container kept running; "
+        f"the registry has no room for the snapshot{f' ({detail})' if detail else ''}: {err}. "
+        "The container kept running; "
         "free space in the registry's storage (delete snapshots, run its garbage collection) "
         "or raise its quota"
     )
