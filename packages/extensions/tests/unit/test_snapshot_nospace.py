@@ -75,6 +75,11 @@ def test_the_messages_name_the_folder_the_room_and_the_registry(tmp_path: Path) 
     assert " free of " in message  # measured on the nearest folder still there
     named = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "w" / "layer.tar"))
     assert f"in {tmp_path / 'w'} (" in disk_full_message("node-a", named, Path("/elsewhere"))
+    kubelet = CheckpointError("kubelet answered 500: write /ckpt.tar: no space left on device")
+    told = disk_full_message("node-a", kubelet, tmp_path)
+    assert "node node-a ran out of space writing the checkpoint" in told
+    assert "kubelet's checkpoints folder" in told
+    assert str(tmp_path) not in told  # not the agent's folder: the kubelet wrote it
 
     refused = RegistryError(
         "uploading 3145728 bytes: PUT https://r:5000/v2/x/blobs/uploads/u answered 507: full",

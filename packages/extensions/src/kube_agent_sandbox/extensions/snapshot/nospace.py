@@ -100,6 +100,12 @@ def disk_full_message(node: str, err: BaseException, workdir: Path) -> str:
         workdir: The agent's work folder (named when the error names no file).
     """
     found = disk_full_error(err)
+    if found is None:  # the kubelet said so of its checkpoint: its folder, not the agent's
+        return (
+            f"node {node} ran out of space writing the checkpoint: {err}. Nothing was pushed "
+            "and the container kept running; free space in the kubelet's checkpoints folder "
+            "(<kubelet root>/checkpoints)"
+        )
     folder = Path(str(found.filename)).parent if found and found.filename else workdir
     try:
         usage = shutil.disk_usage(_existing(folder))
