@@ -1,5 +1,6 @@
 """A commit whose node is lost fails ``NodeLost``: at once when the Node is deleted, after the
-grace when it stays not Ready, never while it is Ready or only briefly not Ready. The cluster
+grace when it stays not Ready, never while it is Ready or only briefly not Ready. An agent that
+answers late never writes its result on a snapshot made again under the same name. The cluster
 case (a kwok node, an agent hung mid-commit) is ``test_snapshot_failures.py``."""
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.api.rest import NODES, PODS
 from kube_agent_sandbox.controller.runtime import FakeApi, Obj, Request, format_time
 from kube_agent_sandbox.extensions.snapshot import status as s
+from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent
+from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
+from kube_agent_sandbox.extensions.snapshot.layer import LayerInfo
 from kube_agent_sandbox.extensions.snapshot.reconciler import NODE_LOST_GRACE, SnapshotReconciler
+from kube_agent_sandbox.extensions.snapshot.registry import RegistryClient
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
 
 NS = "team"
@@ -113,3 +118,43 @@ async def test_a_node_not_ready_fails_the_commit_only_past_the_grace(
     message = snapshot["status"]["conditions"][0]["message"]
     assert f"node node-a has not been Ready for {int(seconds)}s" in message
     assert f"Ready={ready}, NodeStatusUnknown" in message
+
+
+async def test_a_late_result_never_lands_on_a_snapshot_made_again_under_the_same_name() -> None:
+    api = _api(_ready("True", 3600))
+    digest = "sha256:" + "b" * 64
+    old = api.obj(SANDBOX_SNAPSHOTS, "snap")
+    assert old is not None
+
+    async def hung_then_answers(
+        container_id: str, target: CommitTarget, registry: RegistryClient, *, comment: str
+    ) -> CommitResult:
+        # While this commit hung, the snapshot failed (NodeLost) and was deleted and made again
+        # under its name, Committing on this node again.
+        again = api.obj(SANDBOX_SNAPSHOTS, "snap")
+        assert again is not None
+        del again["metadata"]["uid"]
+        api.add(SANDBOX_SNAPSHOTS, again)
+        layer = LayerInfo(digest=digest, diff_id=digest, size=10, entries=1)
+        return CommitResult(target.reference(digest), digest, layer, "busybox", 0.0)
+
+    agent = SnapshotAgent(
+        api,
+        snapshots=api.reader(SANDBOX_SNAPSHOTS),
+        node_name="node-a",
+        # Nothing listens there: the agent's delete of what it pushed fails, and is let go.
+        settings=RegistrySettings(url="http://127.0.0.1:9"),
+        committer=hung_then_answers,
+    )
+    api.mutate(
+        SANDBOX_SNAPSHOTS,
+        "snap",
+        lambda obj: obj["status"].update(target="registry.example/snaps/box:snap"),
+    )
+    await agent.reconcile(Request(NS, "snap"))
+
+    made_again = api.obj(SANDBOX_SNAPSHOTS, "snap")
+    assert made_again is not None
+    assert made_again["metadata"]["uid"] != old["metadata"]["uid"]
+    assert s.phase_of(made_again) == s.COMMITTING
+    assert "image" not in made_again["status"]

@@ -12,8 +12,9 @@ expose or authenticate.
 
 Commits of one container run one at a time (two snapshots of one sandbox at once both succeed,
 in turn: runc cannot freeze a frozen container twice). When the controller failed the snapshot
-while the agent pushed (its Pod went away), the agent's Ready write conflicts, and the agent
-deletes what it pushed instead: nothing half-done is left listed as Ready.
+while the agent pushed (its Pod or node went away), the agent's Ready write conflicts, and the
+agent deletes what it pushed instead: nothing half-done is left listed as Ready, nor on a
+snapshot made again under the same name (the write is for the object, by UID, it committed).
 
 Run: ``python -m kube_agent_sandbox.extensions.snapshot.agent --node-name $NODE_NAME
 --snapshot-registry https://registry:5000 ...``.
@@ -47,6 +48,7 @@ from kube_agent_sandbox.controller.runtime import (
     Result,
     TransientError,
     load_config,
+    meta,
     name_of,
     namespace_of,
     truncate_note,
@@ -297,10 +299,12 @@ class SnapshotAgent:
     async def _finish(
         self, snapshot: Obj, phase: str, reason: str, message: str, **fields: Any
     ) -> bool:
-        """Write the final status; False when the snapshot is no longer Committing."""
+        """Write the final status; False when the snapshot is no longer this commit's: no longer
+        Committing here, or another object of the same name (the failed one deleted and made
+        again while this commit hung: its result must not land on the new one)."""
         current = snapshot
         for _ in range(_WRITE_ATTEMPTS):
-            if s.phase_of(current) != s.COMMITTING:
+            if meta(current).get("uid") != meta(snapshot).get("uid") or not self._mine(current):
                 return False
             body = s.with_status(
                 current, phase=phase, reason=reason, message=message, now=self._clock(), **fields
