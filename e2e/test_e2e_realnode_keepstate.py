@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,13 @@ from kube_agent_sandbox.controller.runtime import (
 )
 from kube_agent_sandbox.controller.sandbox.setup import setup as sandbox_setup
 from kube_agent_sandbox.extensions.snapshot import setup as snapshot_setup
-from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent, node_committer
+from kube_agent_sandbox.extensions.snapshot.agent import (
+    MemoryCommitter,
+    SnapshotAgent,
+    kubelet_committer,
+    node_committer,
+)
+from kube_agent_sandbox.extensions.snapshot.checkpoint import KubeletCheckpointer
 from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdNode
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
 from kube_agent_sandbox.testing.access import ClusterAccess
@@ -100,6 +107,8 @@ async def _run_stack(
     settings: RegistrySettings,
     workdir: Path,
     body: Callable[[], Awaitable[None]],
+    *,
+    memory: MemoryCommitter | None = None,
 ) -> None:
     options = ControllerOptions(
         extensions=True,
@@ -117,6 +126,7 @@ async def _run_stack(
             node_name=node.options.node_name,
             settings=settings,
             committer=node_committer(ContainerdNode(node.containerd.layout.socket), workdir),
+            memory=memory,
         )
         ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
             2
@@ -130,6 +140,122 @@ async def _run_stack(
                 await task
 
 
+@dataclass
+class Scene:
+    """One Sandbox of this module on the real node, and the ways to watch it."""
+
+    cluster: ClusterAccess
+    namespace: str
+    name: str
+    settings: RegistrySettings
+
+    def ref(self, kind: str = "Sandbox") -> ObjectRef:
+        api_version = {"Sandbox": "agents.x-k8s.io/v1beta1", "Pod": "v1"}[kind]
+        return ObjectRef(api_version, kind, self.name, self.namespace)
+
+    async def wait(self, ref: ObjectRef, probe: Callable[[dict[str, Any]], bool], what: str) -> Any:
+        api = self.cluster.api_client()
+        return await asyncio.to_thread(wait_for_object, api, ref, probe, timeout=TIMEOUT, what=what)
+
+    async def last_line(self) -> str:
+        """The container's last line of output ("" while it is being created or pulled)."""
+        done = await asyncio.to_thread(
+            self.cluster.kubectl,
+            "-n", self.namespace, "logs", self.name, "--tail=1",
+            check=False,
+        )  # fmt: skip
+        return str(done.stdout).strip()
+
+    async def until_logs(self, probe: Callable[[str], bool], what: str) -> str:
+        """The last line of output once ``probe`` accepts it (within 90 s)."""
+        for _ in range(90):
+            out = await self.last_line()
+            if probe(out):
+                return out
+            await asyncio.sleep(1)
+        raise AssertionError(f"{what}: the last line of output is {await self.last_line()!r}")
+
+    async def set_mode(self, mode: str) -> None:
+        patch = json.dumps({"spec": {"operatingMode": mode}})
+        await asyncio.to_thread(
+            self.cluster.kubectl,
+            "-n", self.namespace, "patch", "sandbox", self.name, "--type=merge", "-p", patch,
+        )  # fmt: skip
+
+    async def start(self, image: str, command: list[str], mode: str) -> Any:
+        """Create the Sandbox opted in with ``mode``; its first Pod once it has an IP."""
+        manifest = sandbox_manifest(self.name, image=image, command=command)
+        manifest["metadata"]["namespace"] = self.namespace
+        manifest["metadata"]["annotations"] = {
+            k.ANNOTATION_SNAPSHOT_ON_SUSPEND: mode,
+            k.ANNOTATION_SNAPSHOT_PULL_SECRET: "registry",
+        }
+        await asyncio.to_thread(self.cluster.apply, manifest)
+        await self.wait(self.ref(), _ready, "the Sandbox Ready")
+        return await self.wait(
+            self.ref("Pod"), lambda p: bool(p.get("status", {}).get("podIP")), "its Pod"
+        )
+
+    async def suspend_saved(self, snapshot: str) -> Any:
+        """Suspend; the suspend's SandboxSnapshot once it is Ready."""
+        await self.set_mode("Suspended")
+        done = await self.wait(
+            ObjectRef(
+                "extensions.agents.x-k8s.io/v1beta1", "SandboxSnapshot", snapshot, self.namespace
+            ),
+            lambda s: (s.get("status") or {}).get("phase") in ("Ready", "Failed"),
+            "the suspend's SandboxSnapshot to finish",
+        )
+        assert done["status"]["phase"] == "Ready", done["status"]
+        return done
+
+    async def resume(self, first: Any) -> Any:
+        """Resume; the new Pod once it runs."""
+
+        def new_and_running(p: dict[str, Any]) -> bool:
+            running = (p.get("status") or {}).get("phase") == "Running"
+            return running and p["metadata"]["uid"] != first["metadata"]["uid"]
+
+        await self.set_mode("Running")
+        await self.wait(self.ref(), _ready, "the resumed Sandbox Ready")
+        return await self.wait(self.ref("Pod"), new_and_running, "the Pod of the resume running")
+
+    async def clean_up(self, snapshot: str) -> None:
+        """Leave nothing behind: the snapshot's finalizer needs this process's controller."""
+        for kind, name in (("sandbox", self.name), ("sandboxsnapshot", snapshot)):
+            await asyncio.to_thread(
+                self.cluster.kubectl, "-n", self.namespace, "delete", kind, name, "--wait=true"
+            )
+
+
+def _ready(s: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (s.get("status") or {}).get("conditions") or []
+    )
+
+
+def _scene(
+    cluster: ClusterAccess, namespace: str, name: str, registry: RunningRegistry, tmp_path: Path
+) -> Scene:
+    """The registry's credentials for the keeper (a file) and for the Pods (a Secret)."""
+    auth_file = tmp_path / "registry-auth.json"
+    auth_file.write_bytes(_dockerconfigjson(registry))
+    settings = RegistrySettings(
+        url=registry.url, auth_file=str(auth_file), ca_file=str(registry.ca_file or "")
+    )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "registry", "namespace": namespace},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64.b64encode(_dockerconfigjson(registry)).decode()},
+        }
+    )
+    return Scene(cluster, namespace, name, settings)
+
+
 def test_a_suspend_keeps_the_file_and_the_resume_finds_it(
     cluster: ClusterAccess,
     namespace: str,
@@ -140,90 +266,68 @@ def test_a_suspend_keeps_the_file_and_the_resume_finds_it(
     tmp_path: Path,
 ) -> None:
     node = real_node_environment.node  # type: ignore[attr-defined]
-    api = cluster.api_client()
-    auth_file = tmp_path / "registry-auth.json"
-    auth_file.write_bytes(_dockerconfigjson(oci_registry))
-    settings = RegistrySettings(
-        url=oci_registry.url, auth_file=str(auth_file), ca_file=str(oci_registry.ca_file or "")
-    )
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "registry", "namespace": namespace},
-            "type": "kubernetes.io/dockerconfigjson",
-            "data": {
-                ".dockerconfigjson": base64.b64encode(_dockerconfigjson(oci_registry)).decode()
-            },
-        }
-    )
-    manifest = sandbox_manifest(NAME, image=python_image, command=["python3", "-c", PROGRAM])
-    manifest["metadata"]["namespace"] = namespace
-    manifest["metadata"]["annotations"] = {
-        k.ANNOTATION_SNAPSHOT_ON_SUSPEND: k.MODE_FILESYSTEM,
-        k.ANNOTATION_SNAPSHOT_PULL_SECRET: "registry",
-    }
-    sandbox_ref = ObjectRef("agents.x-k8s.io/v1beta1", "Sandbox", NAME, namespace)
-    pod_ref = ObjectRef("v1", "Pod", NAME, namespace)
-
-    def ready(s: dict[str, Any]) -> bool:
-        return any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (s.get("status") or {}).get("conditions") or []
-        )
-
-    async def wait(ref: ObjectRef, probe: Callable[[dict[str, Any]], bool], what: str) -> Any:
-        return await asyncio.to_thread(wait_for_object, api, ref, probe, timeout=TIMEOUT, what=what)
-
-    async def logs() -> str:
-        """The container's output ("" while it is still being created or pulled)."""
-        done = await asyncio.to_thread(cluster.kubectl, "-n", namespace, "logs", NAME, check=False)
-        return str(done.stdout).strip()
-
-    async def set_mode(mode: str) -> None:
-        patch = json.dumps({"spec": {"operatingMode": mode}})
-        await asyncio.to_thread(
-            cluster.kubectl, "-n", namespace, "patch", "sandbox", NAME, "--type=merge", "-p", patch
-        )
+    scene = _scene(cluster, namespace, NAME, oci_registry, tmp_path)
 
     async def scenario() -> None:
-        await asyncio.to_thread(cluster.apply, manifest)
-        await wait(sandbox_ref, ready, "the Sandbox Ready")
-        first = await wait(pod_ref, lambda p: bool(p.get("status", {}).get("podIP")), "its Pod")
-        for _ in range(60):
-            if await logs() == "fresh":
-                break
-            await asyncio.sleep(1)
-        assert await logs() == "fresh"
-
-        await set_mode("Suspended")
-        snapshot = await wait(
-            ObjectRef("extensions.agents.x-k8s.io/v1beta1", "SandboxSnapshot", SNAP, namespace),
-            lambda s: (s.get("status") or {}).get("phase") in ("Ready", "Failed"),
-            "the suspend's SandboxSnapshot to finish",
-        )
-        assert snapshot["status"]["phase"] == "Ready", snapshot["status"]
-
-        def new_and_running(p: dict[str, Any]) -> bool:
-            running = (p.get("status") or {}).get("phase") == "Running"
-            return running and p["metadata"]["uid"] != first["metadata"]["uid"]
-
-        await set_mode("Running")
-        await wait(sandbox_ref, ready, "the resumed Sandbox Ready")
-        resumed = await wait(pod_ref, new_and_running, "the Pod of the resume running")
+        first = await scene.start(python_image, ["python3", "-c", PROGRAM], k.MODE_FILESYSTEM)
+        await scene.until_logs(lambda out: out == "fresh", "the first life's output")
+        snapshot = await scene.suspend_saved(SNAP)
+        resumed = await scene.resume(first)
         assert resumed["spec"]["containers"][0]["image"] == snapshot["status"]["image"]
-        for _ in range(90):
-            if await logs() == "kept across the suspend":
-                break
-            await asyncio.sleep(1)
-        assert await logs() == "kept across the suspend"
+        await scene.until_logs(lambda out: out == "kept across the suspend", "the file found")
+        await scene.clean_up(SNAP)
 
-        # Leave nothing behind: the snapshot's finalizer needs this process's controller.
-        await asyncio.to_thread(
-            cluster.kubectl, "-n", namespace, "delete", "sandbox", NAME, "--wait=true"
-        )
-        await asyncio.to_thread(
-            cluster.kubectl, "-n", namespace, "delete", "sandboxsnapshot", SNAP, "--wait=true"
-        )
+    asyncio.run(_run_stack(cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario))
 
-    asyncio.run(_run_stack(cluster.kubeconfig, node, namespace, settings, tmp_path, scenario))
+
+# A random token drawn once at the start, and a counter, five times a second: a cold start
+# prints a new token from 0, a restored process its own token past where it was.
+COUNTER = (
+    "import itertools, secrets, time\n"
+    "token = secrets.token_hex(4)\n"
+    "for i in itertools.count():\n"
+    "    print(token, i, flush=True); time.sleep(0.2)\n"
+)
+
+
+def test_a_suspend_with_memory_keeps_the_process_counting_after_the_resume(
+    cluster: ClusterAccess,
+    namespace: str,
+    python_image: str,
+    real_node_environment: object,
+    kubelet_checkpointer: KubeletCheckpointer,
+    deployed_controller_stopped: None,
+    oci_registry: RunningRegistry,
+    tmp_path: Path,
+) -> None:
+    node = real_node_environment.node  # type: ignore[attr-defined]
+    name = "counter"
+    snap = f"{name}-suspend-2"
+    scene = _scene(cluster, namespace, name, oci_registry, tmp_path)
+    memory = kubelet_committer(kubelet_checkpointer, node.workdir / "kubelet" / "checkpoints")
+
+    def counting(out: str) -> bool:
+        return len(out.split()) == 2 and out.split()[1].isdigit()
+
+    async def scenario() -> None:
+        first = await scene.start(python_image, ["python3", "-u", "-c", COUNTER], k.MODE_MEMORY)
+        token, before = (await scene.until_logs(counting, "the counter counting")).split()
+        snapshot = await scene.suspend_saved(snap)
+        assert snapshot["spec"]["mode"] == k.MODE_MEMORY
+        started = time.monotonic()
+        resumed = await scene.resume(first)
+        print(f"resume to Running: {time.monotonic() - started:.2f}s")
+        assert resumed["spec"]["containers"][0]["image"] == snapshot["status"]["image"]
+        await asyncio.sleep(1.0)
+        after = (await scene.until_logs(counting, "the restored counter counting")).split()
+        # The same process, restored (a cold start would draw a new token and count from 0),
+        # counting on past where it was when suspended.
+        assert after[0] == token
+        assert int(after[1]) > int(before)
+        await scene.clean_up(snap)
+
+    asyncio.run(
+        _run_stack(
+            cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario, memory=memory
+        )
+    )
