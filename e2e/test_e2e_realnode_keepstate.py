@@ -220,9 +220,9 @@ class Scene:
         await self.wait(self.ref(), _ready, "the resumed Sandbox Ready")
         return await self.wait(self.ref("Pod"), new_and_running, "the Pod of the resume running")
 
-    async def clean_up(self, snapshot: str) -> None:
-        """Leave nothing behind: the snapshot's finalizer needs this process's controller."""
-        for kind, name in (("sandbox", self.name), ("sandboxsnapshot", snapshot)):
+    async def clean_up(self, *snapshots: str) -> None:
+        """Leave nothing behind: the snapshots' finalizer needs this process's controller."""
+        for kind, name in [("sandbox", self.name)] + [("sandboxsnapshot", s) for s in snapshots]:
             await asyncio.to_thread(
                 self.cluster.kubectl, "-n", self.namespace, "delete", kind, name, "--wait=true"
             )
@@ -302,7 +302,6 @@ def test_a_suspend_with_memory_keeps_the_process_counting_after_the_resume(
 ) -> None:
     node = real_node_environment.node  # type: ignore[attr-defined]
     name = "counter"
-    snap = f"{name}-suspend-2"
     scene = _scene(cluster, namespace, name, oci_registry, tmp_path)
     memory = kubelet_committer(kubelet_checkpointer, node.workdir / "kubelet" / "checkpoints")
 
@@ -310,21 +309,25 @@ def test_a_suspend_with_memory_keeps_the_process_counting_after_the_resume(
         return len(out.split()) == 2 and out.split()[1].isdigit()
 
     async def scenario() -> None:
-        first = await scene.start(python_image, ["python3", "-u", "-c", COUNTER], k.MODE_MEMORY)
-        token, before = (await scene.until_logs(counting, "the counter counting")).split()
-        snapshot = await scene.suspend_saved(snap)
-        assert snapshot["spec"]["mode"] == k.MODE_MEMORY
-        started = time.monotonic()
-        resumed = await scene.resume(first)
-        print(f"resume to Running: {time.monotonic() - started:.2f}s")
-        assert resumed["spec"]["containers"][0]["image"] == snapshot["status"]["image"]
-        await asyncio.sleep(1.0)
-        after = (await scene.until_logs(counting, "the restored counter counting")).split()
-        # The same process, restored (a cold start would draw a new token and count from 0),
-        # counting on past where it was when suspended.
-        assert after[0] == token
-        assert int(after[1]) > int(before)
-        await scene.clean_up(snap)
+        pod = await scene.start(python_image, ["python3", "-u", "-c", COUNTER], k.MODE_MEMORY)
+        token, count = (await scene.until_logs(counting, "the counter counting")).split()
+        # Twice: the second checkpoint is of a process that was itself restored. Each suspend
+        # and resume is two generations: the snapshots are -suspend-2 and -suspend-4.
+        for generation in (2, 4):
+            snapshot = await scene.suspend_saved(f"{name}-suspend-{generation}")
+            assert snapshot["spec"]["mode"] == k.MODE_MEMORY
+            started = time.monotonic()
+            pod = await scene.resume(pod)
+            print(f"resume {generation // 2} to Running: {time.monotonic() - started:.2f}s")
+            assert pod["spec"]["containers"][0]["image"] == snapshot["status"]["image"]
+            await asyncio.sleep(1.0)
+            after = (await scene.until_logs(counting, "the restored counter counting")).split()
+            # The same process, restored (a cold start would draw a new token and count from
+            # 0), counting on past where it was when suspended.
+            assert after[0] == token
+            assert int(after[1]) > int(count)
+            count = after[1]
+        await scene.clean_up(f"{name}-suspend-2", f"{name}-suspend-4")
 
     asyncio.run(
         _run_stack(
