@@ -15,8 +15,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api import keepstate as k
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.api.rest import PODS
-from kube_agent_sandbox.controller.runtime import Obj, Request
-from kube_agent_sandbox.controller.runtime.fake import FakeApi
+from kube_agent_sandbox.controller.runtime import FakeApi, Obj, Request
 from kube_agent_sandbox.extensions.snapshot import status as s
 from kube_agent_sandbox.extensions.snapshot.keepstate import (
     ANNOTATION_SAVED_ON_SUSPEND,
