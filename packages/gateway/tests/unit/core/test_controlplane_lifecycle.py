@@ -126,6 +126,7 @@ async def test_pause_asking_for_memory_keeps_the_files_and_says_so(
     [
         ({"memory": True}, "memory", MEMORY),
         ({}, "memory", MEMORY),  # E2B: a pause keeps the memory unless told not to
+        ({"memory": None}, "memory", MEMORY),
         ({"memory": False}, "filesystem", FILES),
     ],
 )

@@ -193,7 +193,9 @@ async def pause(request: Request, state: GatewayState) -> Response:
         return e2b_error(413, str(exc), should_retry=False)
     except BadRequest as exc:
         return bad_request(str(exc))
-    memory = body.get("memory", True)
+    memory = body.get("memory")
+    if memory is None:
+        memory = True  # E2B's API default: a full snapshot
     if not isinstance(memory, bool):
         return bad_request("memory must be a boolean")
     if record.suspended:
