@@ -1,12 +1,22 @@
-"""A suspend that keeps the filesystem, on the real node: a Sandbox opted in with
-``snapshot-on-suspend: Filesystem`` writes a file outside any volume, is suspended (its container
-is committed through the node's containerd and pushed to the cluster's registry before the Pod
-goes), and the Pod of the resume, pulled from that registry, finds the file.
+"""A suspend that keeps the state, on the real node.
+
+Filesystem: a Sandbox opted in with ``snapshot-on-suspend: Filesystem`` writes a file outside
+any volume, is suspended (its container is committed through the node's containerd and pushed
+to the cluster's registry before the Pod goes), and the Pod of the resume, pulled from that
+registry, finds the file.
+
+Memory: a Sandbox opted in with ``snapshot-on-suspend: Memory`` runs a counter that prints a
+random token drawn at its start; each suspend checkpoints it through the node's kubelet
+(containerd 2.3 + CRIU, as the node agent's ServiceAccount) and the Pod of the resume, running
+the checkpoint image, prints the same token with a higher count, twice in a row. The same
+through the E2B gateway with ``--pause-keeps-memory`` and the unmodified ``e2b`` SDK:
+``pause()`` then ``Sandbox.connect()``, and a background command keeps counting.
 
 The core Sandbox controller must run in the same process as the state keeper (that is the rule
 that keeps a suspend from waiting for nobody), and the deployed controller has no registry, so
 it is scaled to zero while this test runs the core controller, the SandboxSnapshot controller,
-the keeper and the node agent in-process, as ``--extensions --snapshot-registry`` would.
+the keeper and the node agent in-process (plus templates, warm pools and claims for the
+gateway), as ``--extensions --snapshot-registry`` would.
 """
 
 from __future__ import annotations
@@ -22,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2b import AsyncSandbox
 from kubernetes import client
 
+from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api import keepstate as k
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
 from kube_agent_sandbox.controller.config import ControllerOptions
@@ -34,6 +46,7 @@ from kube_agent_sandbox.controller.runtime import (
     load_kubeconfig,
 )
 from kube_agent_sandbox.controller.sandbox.setup import setup as sandbox_setup
+from kube_agent_sandbox.extensions.plugin import setup as extensions_setup
 from kube_agent_sandbox.extensions.snapshot import setup as snapshot_setup
 from kube_agent_sandbox.extensions.snapshot.agent import (
     MemoryCommitter,
@@ -45,6 +58,9 @@ from kube_agent_sandbox.extensions.snapshot.checkpoint import KubeletCheckpointe
 from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdNode
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
 from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.gateway import create_key, start_gateway
+from kube_agent_sandbox.testing.images.sandbox import sandbox_image
 from kube_agent_sandbox.testing.node.cluster import CONTROLLER_DEPLOYMENT, CONTROLLER_NAMESPACE
 from kube_agent_sandbox.testing.node.workload import sandbox_manifest
 from kube_agent_sandbox.testing.registry import RunningRegistry
@@ -61,6 +77,8 @@ PROGRAM = (
     " p.write_text('kept across the suspend'); time.sleep(3600)"
 )
 TIMEOUT = 180.0
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENVD_PORT = 49983
 
 
 def _dockerconfigjson(registry: RunningRegistry) -> bytes:
@@ -109,6 +127,7 @@ async def _run_stack(
     body: Callable[[], Awaitable[None]],
     *,
     memory: MemoryCommitter | None = None,
+    claims: bool = False,
 ) -> None:
     options = ControllerOptions(
         extensions=True,
@@ -119,10 +138,14 @@ async def _run_stack(
     async with ApiClient(load_kubeconfig(str(kubeconfig))) as api:
         manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
         sandbox_setup(manager, options, namespace=namespace)
-        snapshot_setup.setup(manager, options, namespace=namespace)
+        if claims:  # templates, warm pools and claims too (the gateway's creates), as deployed
+            extensions_setup(manager, options)
+        else:
+            snapshot_setup.setup(manager, options, namespace=namespace)
         agent = SnapshotAgent(
             manager.client,
-            snapshots=manager.informer(SANDBOX_SNAPSHOTS, namespace=namespace),
+            # the extensions' setup watches all namespaces: share its informer
+            snapshots=manager.informer(SANDBOX_SNAPSHOTS, namespace=None if claims else namespace),
             node_name=node.options.node_name,
             settings=settings,
             committer=node_committer(ContainerdNode(node.containerd.layout.socket), workdir),
@@ -230,14 +253,20 @@ class Scene:
 
 def _ready(s: dict[str, Any]) -> bool:
     return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (s.get("status") or {}).get("conditions") or []
+        cond.get("type") == "Ready" and cond.get("status") == "True"
+        for cond in (s.get("status") or {}).get("conditions") or []
     )
 
 
 def _scene(
     cluster: ClusterAccess, namespace: str, name: str, registry: RunningRegistry, tmp_path: Path
 ) -> Scene:
+    return Scene(cluster, namespace, name, _registry(cluster, namespace, registry, tmp_path))
+
+
+def _registry(
+    cluster: ClusterAccess, namespace: str, registry: RunningRegistry, tmp_path: Path
+) -> RegistrySettings:
     """The registry's credentials for the keeper (a file) and for the Pods (a Secret)."""
     auth_file = tmp_path / "registry-auth.json"
     auth_file.write_bytes(_dockerconfigjson(registry))
@@ -253,7 +282,7 @@ def _scene(
             "data": {".dockerconfigjson": base64.b64encode(_dockerconfigjson(registry)).decode()},
         }
     )
-    return Scene(cluster, namespace, name, settings)
+    return settings
 
 
 def test_a_suspend_keeps_the_file_and_the_resume_finds_it(
@@ -290,20 +319,28 @@ COUNTER = (
 )
 
 
+@pytest.fixture
+def memory(
+    real_node_environment: Any, kubelet_checkpointer: KubeletCheckpointer
+) -> MemoryCommitter:
+    """The node agent's memory committer on the real node's kubelet."""
+    checkpoints = real_node_environment.node.workdir / "kubelet" / "checkpoints"
+    return kubelet_committer(kubelet_checkpointer, checkpoints)
+
+
 def test_a_suspend_with_memory_keeps_the_process_counting_after_the_resume(
+    memory: MemoryCommitter,
+    deployed_controller_stopped: None,
     cluster: ClusterAccess,
     namespace: str,
     python_image: str,
-    real_node_environment: object,
-    kubelet_checkpointer: KubeletCheckpointer,
-    deployed_controller_stopped: None,
+    real_node_environment: Any,
     oci_registry: RunningRegistry,
     tmp_path: Path,
 ) -> None:
-    node = real_node_environment.node  # type: ignore[attr-defined]
+    node = real_node_environment.node
     name = "counter"
     scene = _scene(cluster, namespace, name, oci_registry, tmp_path)
-    memory = kubelet_committer(kubelet_checkpointer, node.workdir / "kubelet" / "checkpoints")
 
     def counting(out: str) -> bool:
         return len(out.split()) == 2 and out.split()[1].isdigit()
@@ -332,5 +369,120 @@ def test_a_suspend_with_memory_keeps_the_process_counting_after_the_resume(
     asyncio.run(
         _run_stack(
             cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario, memory=memory
+        )
+    )
+
+
+def test_the_gateway_pause_keeps_the_memory_and_connect_restores_the_process(
+    memory: MemoryCommitter,
+    deployed_controller_stopped: None,
+    controller_runner: ControllerRunner,
+    cluster: ClusterAccess,
+    namespace: str,
+    real_node_environment: Any,
+    oci_registry: RunningRegistry,
+    tmp_path: Path,
+) -> None:
+    """The unmodified ``e2b`` SDK through a gateway with ``--pause-keeps-memory``: a process
+    started with ``commands.run(background=True)`` keeps counting after ``pause()`` and
+    ``Sandbox.connect()`` (sandboxd and its child restored from the checkpoint)."""
+    node = real_node_environment.node
+    image = sandbox_image(REPO_ROOT)
+    node.import_image(image)
+    settings = _registry(cluster, namespace, oci_registry, tmp_path)
+    container = {
+        "name": "sandbox",
+        "image": image.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"name": "envd", "containerPort": ENVD_PORT}],
+        "readinessProbe": {"tcpSocket": {"port": ENVD_PORT}, "periodSeconds": 1},
+    }
+    template = {
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_TEMPLATE,
+        "metadata": {
+            "name": "counting",
+            "annotations": {k.ANNOTATION_SNAPSHOT_PULL_SECRET: "registry"},
+        },
+        "spec": {
+            "podTemplate": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 1}}
+        },
+    }
+    cluster.apply([template], namespace=namespace)
+    key = create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
+    _, url = start_gateway(
+        controller_runner,
+        namespace=namespace,
+        workdir=tmp_path,
+        watch_namespace=namespace,
+        extra_args=["--pause-keeps-memory"],
+    )
+    api = client.CustomObjectsApi(cluster.api_client())
+
+    def sandbox_of(sandbox_id: str) -> dict[str, Any]:
+        claim = api.get_namespaced_custom_object(
+            c.EXTENSIONS_GROUP, c.V1BETA1, namespace, "sandboxclaims", sandbox_id
+        )
+        name = claim["status"]["sandbox"]["name"]  # type: ignore[index]
+        found = api.get_namespaced_custom_object(c.GROUP, c.V1BETA1, namespace, "sandboxes", name)
+        assert isinstance(found, dict)
+        return found
+
+    async def last_line(sbx: AsyncSandbox) -> list[str]:
+        return str((await sbx.commands.run("tail -n 1 /tmp/counter.log")).stdout).split()
+
+    async def scenario() -> None:
+        sbx = await AsyncSandbox.create(
+            template="counting", timeout=600, api_url=url, sandbox_url=url, api_key=key
+        )
+        await sbx.files.write("/tmp/counter.py", COUNTER)
+        # As root: CRIU reads each process's rlimits with prlimit(2), which a process of
+        # another user allows only to a CRIU with CAP_SYS_RESOURCE (not so in every CI
+        # container); such a node fails the checkpoint and the pause keeps the files.
+        await sbx.commands.run(
+            "python3 -u /tmp/counter.py > /tmp/counter.log 2>&1", background=True, user="root"
+        )
+        await asyncio.sleep(1.5)
+        token, count = await last_line(sbx)
+        await sbx.pause()
+
+        def saved_with_memory() -> k.SuspendProgress | None:
+            annotations = sandbox_of(sbx.sandbox_id)["metadata"].get("annotations") or {}
+            progress = k.SuspendProgress.parse(annotations.get(k.ANNOTATION_SUSPEND_SNAPSHOT))
+            return (
+                progress if progress and progress.phase in (k.PHASE_SAVED, k.PHASE_FAILED) else None
+            )
+
+        deadline = time.monotonic() + TIMEOUT
+        while (progress := await asyncio.to_thread(saved_with_memory)) is None:
+            assert time.monotonic() < deadline, "the pause's snapshot did not finish"
+            await asyncio.sleep(1)
+        assert (progress.phase, progress.mode) == (k.PHASE_SAVED, k.MODE_MEMORY), progress
+        started = time.monotonic()
+        resumed = await AsyncSandbox.connect(
+            sbx.sandbox_id, api_url=url, sandbox_url=url, api_key=key
+        )
+        print(f"connect (resume from memory): {time.monotonic() - started:.2f}s")
+        await asyncio.sleep(1.0)
+        after = await last_line(resumed)
+        assert after[0] == token  # the same process: a cold start would have no counter at all
+        assert int(after[1]) > int(count)
+        await resumed.kill()
+        # The snapshots' finalizer needs this process's controller.
+        await asyncio.to_thread(
+            cluster.kubectl,
+            "-n", namespace, "delete", "sandboxsnapshots", "--all", "--wait=true",
+        )  # fmt: skip
+
+    asyncio.run(
+        _run_stack(
+            cluster.kubeconfig,
+            node,
+            namespace,
+            settings,
+            tmp_path,
+            scenario,
+            memory=memory,
+            claims=True,
         )
     )
