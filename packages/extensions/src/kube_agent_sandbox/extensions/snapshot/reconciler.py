@@ -55,9 +55,9 @@ POLL_PENDING: Final = 2.0
 POLL_COMMITTING: Final = 5.0
 """Seconds between looks at a commit's Pod (is it still there?)."""
 DELETE_REFUSED_RECHECK: Final = 300.0
+"""Seconds before asking again a registry that refuses deletes."""
 NODE_LOST_GRACE: Final = 60.0
 """Seconds a commit's node may stay not Ready (a kubelet restart) before the commit fails."""
-"""Seconds before asking again a registry that refuses deletes."""
 
 
 class SnapshotRetry(TransientError):

@@ -93,6 +93,7 @@ def setup(
         recorder=manager.event_recorder(EVENT_REPORTER),
         metrics=metrics,
         commit_timeout=options.snapshot_commit_timeout,
+        node_grace=options.snapshot_node_lost_grace,
     )
     (
         ControllerBuilder(manager, CONTROLLER_NAME)
