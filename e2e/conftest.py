@@ -11,6 +11,7 @@ Missing prerequisites skip locally and fail under ``CI=true`` (``plugin.unavaila
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Generator, Iterator
@@ -19,8 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from kube_agent_sandbox.controller import rbac
+from kube_agent_sandbox.extensions.snapshot import rbacgen
+from kube_agent_sandbox.extensions.snapshot.checkpoint import KubeletCheckpointer, ssl_context
 from kube_agent_sandbox.testing import versions
-from kube_agent_sandbox.testing.access import load_manifests
+from kube_agent_sandbox.testing.access import ClusterAccess, load_manifests
 from kube_agent_sandbox.testing.node.cluster import (
     DeployedController,
     RealNodeCluster,
@@ -130,6 +134,70 @@ def _provided_cluster(real_node_environment: RealNodeEnvironment) -> ProvidedClu
 def python_image(real_node_environment: RealNodeEnvironment) -> str:
     """Reference of the Python image present on the node (no registry needed)."""
     return real_node_environment.python_image
+
+
+@pytest.fixture
+def kubelet_checkpointer(
+    cluster: ClusterAccess,
+    namespace: str,
+    real_node_environment: RealNodeEnvironment,
+    tmp_path: Path,
+) -> KubeletCheckpointer:
+    """The node's kubelet checkpoint API as the node agent calls it: with the token of a
+    ServiceAccount bound only to the node agent's generated ClusterRole (so its one grant,
+    create on ``nodes/checkpoint``, is what lets it). Unavailable without containerd 2.3 and
+    CRIU on the node (``AGENT_SANDBOX_E2E_CHECKPOINT=1``, as ``nox -s e2e`` sets)."""
+    node = real_node_environment.node
+    if node.options.criu_bin_dir is None:
+        unavailable("the node runs without containerd 2.3 and CRIU: AGENT_SANDBOX_E2E_CHECKPOINT=1")
+    node_obj = cluster.kubectl("get", "node", node.options.node_name, "-o", "json").stdout
+    status = json.loads(node_obj)["status"]
+    address = next(a["address"] for a in status["addresses"] if a["type"] == "InternalIP")
+    port = status["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+    return KubeletCheckpointer(
+        f"https://{address}:{port}",
+        node=node.options.node_name,
+        token_file=_node_agent_token(cluster, namespace, tmp_path),
+        context=ssl_context("", insecure=True),
+    )
+
+
+def _node_agent_token(cluster: ClusterAccess, namespace: str, tmp_path: Path) -> Path:
+    """A token of a ServiceAccount bound only to the node agent's generated ClusterRole."""
+    role = f"snapshotter-{namespace}"
+    rules = [r.to_dict() for r in rbac.normalize_rules(rbacgen.RBAC_RULES)]
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": rules,
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "snapshotter", "namespace": namespace},
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "snapshotter", "namespace": namespace}],
+        }
+    )
+    token = cluster.kubectl("-n", namespace, "create", "token", "snapshotter").stdout.strip()
+    path = tmp_path / "token"
+    path.write_text(token)
+    return path
 
 
 @pytest.hookimpl(wrapper=True)

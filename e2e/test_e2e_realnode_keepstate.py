@@ -1,12 +1,22 @@
-"""A suspend that keeps the filesystem, on the real node: a Sandbox opted in with
-``snapshot-on-suspend: Filesystem`` writes a file outside any volume, is suspended (its container
-is committed through the node's containerd and pushed to the cluster's registry before the Pod
-goes), and the Pod of the resume, pulled from that registry, finds the file.
+"""A suspend that keeps the state, on the real node.
+
+Filesystem: a Sandbox opted in with ``snapshot-on-suspend: Filesystem`` writes a file outside
+any volume, is suspended (its container is committed through the node's containerd and pushed
+to the cluster's registry before the Pod goes), and the Pod of the resume, pulled from that
+registry, finds the file.
+
+Memory: a Sandbox opted in with ``snapshot-on-suspend: Memory`` runs a counter that prints a
+random token drawn at its start; each suspend checkpoints it through the node's kubelet
+(containerd 2.3 + CRIU, as the node agent's ServiceAccount) and the Pod of the resume, running
+the checkpoint image, prints the same token with a higher count, twice in a row. The same
+through the E2B gateway with ``--pause-keeps-memory`` and the unmodified ``e2b`` SDK:
+``pause()`` then ``Sandbox.connect()``, and a background command keeps counting.
 
 The core Sandbox controller must run in the same process as the state keeper (that is the rule
 that keeps a suspend from waiting for nobody), and the deployed controller has no registry, so
 it is scaled to zero while this test runs the core controller, the SandboxSnapshot controller,
-the keeper and the node agent in-process, as ``--extensions --snapshot-registry`` would.
+the keeper and the node agent in-process (plus templates, warm pools and claims for the
+gateway), as ``--extensions --snapshot-registry`` would.
 """
 
 from __future__ import annotations
@@ -17,12 +27,15 @@ import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from e2b import AsyncSandbox
 from kubernetes import client
 
+from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api import keepstate as k
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
 from kube_agent_sandbox.controller.config import ControllerOptions
@@ -33,11 +46,21 @@ from kube_agent_sandbox.controller.runtime import (
     load_kubeconfig,
 )
 from kube_agent_sandbox.controller.sandbox.setup import setup as sandbox_setup
+from kube_agent_sandbox.extensions.plugin import setup as extensions_setup
 from kube_agent_sandbox.extensions.snapshot import setup as snapshot_setup
-from kube_agent_sandbox.extensions.snapshot.agent import SnapshotAgent, node_committer
+from kube_agent_sandbox.extensions.snapshot.agent import (
+    MemoryCommitter,
+    SnapshotAgent,
+    kubelet_committer,
+    node_committer,
+)
+from kube_agent_sandbox.extensions.snapshot.checkpoint import KubeletCheckpointer
 from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdNode
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
 from kube_agent_sandbox.testing.access import ClusterAccess
+from kube_agent_sandbox.testing.controller_runner import ControllerRunner
+from kube_agent_sandbox.testing.gateway import create_key, start_gateway
+from kube_agent_sandbox.testing.images.sandbox import sandbox_image
 from kube_agent_sandbox.testing.node.cluster import CONTROLLER_DEPLOYMENT, CONTROLLER_NAMESPACE
 from kube_agent_sandbox.testing.node.workload import sandbox_manifest
 from kube_agent_sandbox.testing.registry import RunningRegistry
@@ -54,6 +77,8 @@ PROGRAM = (
     " p.write_text('kept across the suspend'); time.sleep(3600)"
 )
 TIMEOUT = 180.0
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENVD_PORT = 49983
 
 
 def _dockerconfigjson(registry: RunningRegistry) -> bytes:
@@ -100,6 +125,9 @@ async def _run_stack(
     settings: RegistrySettings,
     workdir: Path,
     body: Callable[[], Awaitable[None]],
+    *,
+    memory: MemoryCommitter | None = None,
+    claims: bool = False,
 ) -> None:
     options = ControllerOptions(
         extensions=True,
@@ -110,13 +138,18 @@ async def _run_stack(
     async with ApiClient(load_kubeconfig(str(kubeconfig))) as api:
         manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
         sandbox_setup(manager, options, namespace=namespace)
-        snapshot_setup.setup(manager, options, namespace=namespace)
+        if claims:  # templates, warm pools and claims too (the gateway's creates), as deployed
+            extensions_setup(manager, options)
+        else:
+            snapshot_setup.setup(manager, options, namespace=namespace)
         agent = SnapshotAgent(
             manager.client,
-            snapshots=manager.informer(SANDBOX_SNAPSHOTS, namespace=namespace),
+            # the extensions' setup watches all namespaces: share its informer
+            snapshots=manager.informer(SANDBOX_SNAPSHOTS, namespace=None if claims else namespace),
             node_name=node.options.node_name,
             settings=settings,
             committer=node_committer(ContainerdNode(node.containerd.layout.socket), workdir),
+            memory=memory,
         )
         ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
             2
@@ -130,6 +163,128 @@ async def _run_stack(
                 await task
 
 
+@dataclass
+class Scene:
+    """One Sandbox of this module on the real node, and the ways to watch it."""
+
+    cluster: ClusterAccess
+    namespace: str
+    name: str
+    settings: RegistrySettings
+
+    def ref(self, kind: str = "Sandbox") -> ObjectRef:
+        api_version = {"Sandbox": "agents.x-k8s.io/v1beta1", "Pod": "v1"}[kind]
+        return ObjectRef(api_version, kind, self.name, self.namespace)
+
+    async def wait(self, ref: ObjectRef, probe: Callable[[dict[str, Any]], bool], what: str) -> Any:
+        api = self.cluster.api_client()
+        return await asyncio.to_thread(wait_for_object, api, ref, probe, timeout=TIMEOUT, what=what)
+
+    async def last_line(self) -> str:
+        """The container's last line of output ("" while it is being created or pulled)."""
+        done = await asyncio.to_thread(
+            self.cluster.kubectl,
+            "-n", self.namespace, "logs", self.name, "--tail=1",
+            check=False,
+        )  # fmt: skip
+        return str(done.stdout).strip()
+
+    async def until_logs(self, probe: Callable[[str], bool], what: str) -> str:
+        """The last line of output once ``probe`` accepts it (within 90 s)."""
+        for _ in range(90):
+            out = await self.last_line()
+            if probe(out):
+                return out
+            await asyncio.sleep(1)
+        raise AssertionError(f"{what}: the last line of output is {await self.last_line()!r}")
+
+    async def set_mode(self, mode: str) -> None:
+        patch = json.dumps({"spec": {"operatingMode": mode}})
+        await asyncio.to_thread(
+            self.cluster.kubectl,
+            "-n", self.namespace, "patch", "sandbox", self.name, "--type=merge", "-p", patch,
+        )  # fmt: skip
+
+    async def start(self, image: str, command: list[str], mode: str) -> Any:
+        """Create the Sandbox opted in with ``mode``; its first Pod once it has an IP."""
+        manifest = sandbox_manifest(self.name, image=image, command=command)
+        manifest["metadata"]["namespace"] = self.namespace
+        manifest["metadata"]["annotations"] = {
+            k.ANNOTATION_SNAPSHOT_ON_SUSPEND: mode,
+            k.ANNOTATION_SNAPSHOT_PULL_SECRET: "registry",
+        }
+        await asyncio.to_thread(self.cluster.apply, manifest)
+        await self.wait(self.ref(), _ready, "the Sandbox Ready")
+        return await self.wait(
+            self.ref("Pod"), lambda p: bool(p.get("status", {}).get("podIP")), "its Pod"
+        )
+
+    async def suspend_saved(self, snapshot: str) -> Any:
+        """Suspend; the suspend's SandboxSnapshot once it is Ready."""
+        await self.set_mode("Suspended")
+        done = await self.wait(
+            ObjectRef(
+                "extensions.agents.x-k8s.io/v1beta1", "SandboxSnapshot", snapshot, self.namespace
+            ),
+            lambda s: (s.get("status") or {}).get("phase") in ("Ready", "Failed"),
+            "the suspend's SandboxSnapshot to finish",
+        )
+        assert done["status"]["phase"] == "Ready", done["status"]
+        return done
+
+    async def resume(self, first: Any) -> Any:
+        """Resume; the new Pod once it runs."""
+
+        def new_and_running(p: dict[str, Any]) -> bool:
+            running = (p.get("status") or {}).get("phase") == "Running"
+            return running and p["metadata"]["uid"] != first["metadata"]["uid"]
+
+        await self.set_mode("Running")
+        await self.wait(self.ref(), _ready, "the resumed Sandbox Ready")
+        return await self.wait(self.ref("Pod"), new_and_running, "the Pod of the resume running")
+
+    async def clean_up(self, *snapshots: str) -> None:
+        """Leave nothing behind: the snapshots' finalizer needs this process's controller."""
+        for kind, name in [("sandbox", self.name)] + [("sandboxsnapshot", s) for s in snapshots]:
+            await asyncio.to_thread(
+                self.cluster.kubectl, "-n", self.namespace, "delete", kind, name, "--wait=true"
+            )
+
+
+def _ready(s: dict[str, Any]) -> bool:
+    return any(
+        cond.get("type") == "Ready" and cond.get("status") == "True"
+        for cond in (s.get("status") or {}).get("conditions") or []
+    )
+
+
+def _scene(
+    cluster: ClusterAccess, namespace: str, name: str, registry: RunningRegistry, tmp_path: Path
+) -> Scene:
+    return Scene(cluster, namespace, name, _registry(cluster, namespace, registry, tmp_path))
+
+
+def _registry(
+    cluster: ClusterAccess, namespace: str, registry: RunningRegistry, tmp_path: Path
+) -> RegistrySettings:
+    """The registry's credentials for the keeper (a file) and for the Pods (a Secret)."""
+    auth_file = tmp_path / "registry-auth.json"
+    auth_file.write_bytes(_dockerconfigjson(registry))
+    settings = RegistrySettings(
+        url=registry.url, auth_file=str(auth_file), ca_file=str(registry.ca_file or "")
+    )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "registry", "namespace": namespace},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64.b64encode(_dockerconfigjson(registry)).decode()},
+        }
+    )
+    return settings
+
+
 def test_a_suspend_keeps_the_file_and_the_resume_finds_it(
     cluster: ClusterAccess,
     namespace: str,
@@ -140,90 +295,194 @@ def test_a_suspend_keeps_the_file_and_the_resume_finds_it(
     tmp_path: Path,
 ) -> None:
     node = real_node_environment.node  # type: ignore[attr-defined]
-    api = cluster.api_client()
-    auth_file = tmp_path / "registry-auth.json"
-    auth_file.write_bytes(_dockerconfigjson(oci_registry))
-    settings = RegistrySettings(
-        url=oci_registry.url, auth_file=str(auth_file), ca_file=str(oci_registry.ca_file or "")
-    )
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "registry", "namespace": namespace},
-            "type": "kubernetes.io/dockerconfigjson",
-            "data": {
-                ".dockerconfigjson": base64.b64encode(_dockerconfigjson(oci_registry)).decode()
-            },
-        }
-    )
-    manifest = sandbox_manifest(NAME, image=python_image, command=["python3", "-c", PROGRAM])
-    manifest["metadata"]["namespace"] = namespace
-    manifest["metadata"]["annotations"] = {
-        k.ANNOTATION_SNAPSHOT_ON_SUSPEND: k.MODE_FILESYSTEM,
-        k.ANNOTATION_SNAPSHOT_PULL_SECRET: "registry",
-    }
-    sandbox_ref = ObjectRef("agents.x-k8s.io/v1beta1", "Sandbox", NAME, namespace)
-    pod_ref = ObjectRef("v1", "Pod", NAME, namespace)
-
-    def ready(s: dict[str, Any]) -> bool:
-        return any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (s.get("status") or {}).get("conditions") or []
-        )
-
-    async def wait(ref: ObjectRef, probe: Callable[[dict[str, Any]], bool], what: str) -> Any:
-        return await asyncio.to_thread(wait_for_object, api, ref, probe, timeout=TIMEOUT, what=what)
-
-    async def logs() -> str:
-        """The container's output ("" while it is still being created or pulled)."""
-        done = await asyncio.to_thread(cluster.kubectl, "-n", namespace, "logs", NAME, check=False)
-        return str(done.stdout).strip()
-
-    async def set_mode(mode: str) -> None:
-        patch = json.dumps({"spec": {"operatingMode": mode}})
-        await asyncio.to_thread(
-            cluster.kubectl, "-n", namespace, "patch", "sandbox", NAME, "--type=merge", "-p", patch
-        )
+    scene = _scene(cluster, namespace, NAME, oci_registry, tmp_path)
 
     async def scenario() -> None:
-        await asyncio.to_thread(cluster.apply, manifest)
-        await wait(sandbox_ref, ready, "the Sandbox Ready")
-        first = await wait(pod_ref, lambda p: bool(p.get("status", {}).get("podIP")), "its Pod")
-        for _ in range(60):
-            if await logs() == "fresh":
-                break
-            await asyncio.sleep(1)
-        assert await logs() == "fresh"
-
-        await set_mode("Suspended")
-        snapshot = await wait(
-            ObjectRef("extensions.agents.x-k8s.io/v1beta1", "SandboxSnapshot", SNAP, namespace),
-            lambda s: (s.get("status") or {}).get("phase") in ("Ready", "Failed"),
-            "the suspend's SandboxSnapshot to finish",
-        )
-        assert snapshot["status"]["phase"] == "Ready", snapshot["status"]
-
-        def new_and_running(p: dict[str, Any]) -> bool:
-            running = (p.get("status") or {}).get("phase") == "Running"
-            return running and p["metadata"]["uid"] != first["metadata"]["uid"]
-
-        await set_mode("Running")
-        await wait(sandbox_ref, ready, "the resumed Sandbox Ready")
-        resumed = await wait(pod_ref, new_and_running, "the Pod of the resume running")
+        first = await scene.start(python_image, ["python3", "-c", PROGRAM], k.MODE_FILESYSTEM)
+        await scene.until_logs(lambda out: out == "fresh", "the first life's output")
+        snapshot = await scene.suspend_saved(SNAP)
+        resumed = await scene.resume(first)
         assert resumed["spec"]["containers"][0]["image"] == snapshot["status"]["image"]
-        for _ in range(90):
-            if await logs() == "kept across the suspend":
-                break
+        await scene.until_logs(lambda out: out == "kept across the suspend", "the file found")
+        await scene.clean_up(SNAP)
+
+    asyncio.run(_run_stack(cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario))
+
+
+# A random token drawn once at the start, and a counter, five times a second: a cold start
+# prints a new token from 0, a restored process its own token past where it was.
+COUNTER = (
+    "import itertools, secrets, time\n"
+    "token = secrets.token_hex(4)\n"
+    "for i in itertools.count():\n"
+    "    print(token, i, flush=True); time.sleep(0.2)\n"
+)
+
+
+@pytest.fixture
+def memory(
+    real_node_environment: Any, kubelet_checkpointer: KubeletCheckpointer
+) -> MemoryCommitter:
+    """The node agent's memory committer on the real node's kubelet."""
+    checkpoints = real_node_environment.node.workdir / "kubelet" / "checkpoints"
+    return kubelet_committer(kubelet_checkpointer, checkpoints)
+
+
+def test_a_suspend_with_memory_keeps_the_process_counting_after_the_resume(
+    memory: MemoryCommitter,
+    deployed_controller_stopped: None,
+    cluster: ClusterAccess,
+    namespace: str,
+    python_image: str,
+    real_node_environment: Any,
+    oci_registry: RunningRegistry,
+    tmp_path: Path,
+) -> None:
+    node = real_node_environment.node
+    name = "counter"
+    scene = _scene(cluster, namespace, name, oci_registry, tmp_path)
+
+    def counting(out: str) -> bool:
+        return len(out.split()) == 2 and out.split()[1].isdigit()
+
+    async def scenario() -> None:
+        pod = await scene.start(python_image, ["python3", "-u", "-c", COUNTER], k.MODE_MEMORY)
+        token, count = (await scene.until_logs(counting, "the counter counting")).split()
+        # Twice: the second checkpoint is of a process that was itself restored. Each suspend
+        # and resume is two generations: the snapshots are -suspend-2 and -suspend-4.
+        for generation in (2, 4):
+            snapshot = await scene.suspend_saved(f"{name}-suspend-{generation}")
+            assert snapshot["spec"]["mode"] == k.MODE_MEMORY
+            started = time.monotonic()
+            pod = await scene.resume(pod)
+            print(f"resume {generation // 2} to Running: {time.monotonic() - started:.2f}s")
+            assert pod["spec"]["containers"][0]["image"] == snapshot["status"]["image"]
+            await asyncio.sleep(1.0)
+            after = (await scene.until_logs(counting, "the restored counter counting")).split()
+            # The same process, restored (a cold start would draw a new token and count from
+            # 0), counting on past where it was when suspended.
+            assert after[0] == token
+            assert int(after[1]) > int(count)
+            count = after[1]
+        await scene.clean_up(f"{name}-suspend-2", f"{name}-suspend-4")
+
+    asyncio.run(
+        _run_stack(
+            cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario, memory=memory
+        )
+    )
+
+
+def test_the_gateway_pause_keeps_the_memory_and_connect_restores_the_process(
+    memory: MemoryCommitter,
+    deployed_controller_stopped: None,
+    controller_runner: ControllerRunner,
+    cluster: ClusterAccess,
+    namespace: str,
+    real_node_environment: Any,
+    oci_registry: RunningRegistry,
+    tmp_path: Path,
+) -> None:
+    """The unmodified ``e2b`` SDK through a gateway with ``--pause-keeps-memory``: a process
+    started with ``commands.run(background=True)`` keeps counting after ``pause()`` and
+    ``Sandbox.connect()`` (sandboxd and its child restored from the checkpoint)."""
+    node = real_node_environment.node
+    image = sandbox_image(REPO_ROOT)
+    node.import_image(image)
+    settings = _registry(cluster, namespace, oci_registry, tmp_path)
+    container = {
+        "name": "sandbox",
+        "image": image.reference,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"name": "envd", "containerPort": ENVD_PORT}],
+        "readinessProbe": {"tcpSocket": {"port": ENVD_PORT}, "periodSeconds": 1},
+    }
+    template = {
+        "apiVersion": c.EXTENSIONS_API_VERSION,
+        "kind": c.KIND_SANDBOX_TEMPLATE,
+        "metadata": {
+            "name": "counting",
+            "annotations": {k.ANNOTATION_SNAPSHOT_PULL_SECRET: "registry"},
+        },
+        "spec": {
+            "podTemplate": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 1}}
+        },
+    }
+    cluster.apply([template], namespace=namespace)
+    key = create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
+    _, url = start_gateway(
+        controller_runner,
+        namespace=namespace,
+        workdir=tmp_path,
+        watch_namespace=namespace,
+        extra_args=["--pause-keeps-memory"],
+    )
+    api = client.CustomObjectsApi(cluster.api_client())
+
+    def sandbox_of(sandbox_id: str) -> dict[str, Any]:
+        claim = api.get_namespaced_custom_object(
+            c.EXTENSIONS_GROUP, c.V1BETA1, namespace, "sandboxclaims", sandbox_id
+        )
+        name = claim["status"]["sandbox"]["name"]  # type: ignore[index]
+        found = api.get_namespaced_custom_object(c.GROUP, c.V1BETA1, namespace, "sandboxes", name)
+        assert isinstance(found, dict)
+        return found
+
+    async def last_line(sbx: AsyncSandbox) -> list[str]:
+        return str((await sbx.commands.run("tail -n 1 /tmp/counter.log")).stdout).split()
+
+    async def scenario() -> None:
+        sbx = await AsyncSandbox.create(
+            template="counting", timeout=600, api_url=url, sandbox_url=url, api_key=key
+        )
+        await sbx.files.write("/tmp/counter.py", COUNTER)
+        # As root: CRIU reads each process's rlimits with prlimit(2), which a process of
+        # another user allows only to a CRIU with CAP_SYS_RESOURCE (not so in every CI
+        # container); such a node fails the checkpoint and the pause keeps the files.
+        await sbx.commands.run(
+            "python3 -u /tmp/counter.py > /tmp/counter.log 2>&1", background=True, user="root"
+        )
+        await asyncio.sleep(1.5)
+        token, count = await last_line(sbx)
+        await sbx.pause()
+
+        def saved_with_memory() -> k.SuspendProgress | None:
+            annotations = sandbox_of(sbx.sandbox_id)["metadata"].get("annotations") or {}
+            progress = k.SuspendProgress.parse(annotations.get(k.ANNOTATION_SUSPEND_SNAPSHOT))
+            return (
+                progress if progress and progress.phase in (k.PHASE_SAVED, k.PHASE_FAILED) else None
+            )
+
+        deadline = time.monotonic() + TIMEOUT
+        while (progress := await asyncio.to_thread(saved_with_memory)) is None:
+            assert time.monotonic() < deadline, "the pause's snapshot did not finish"
             await asyncio.sleep(1)
-        assert await logs() == "kept across the suspend"
-
-        # Leave nothing behind: the snapshot's finalizer needs this process's controller.
-        await asyncio.to_thread(
-            cluster.kubectl, "-n", namespace, "delete", "sandbox", NAME, "--wait=true"
+        assert (progress.phase, progress.mode) == (k.PHASE_SAVED, k.MODE_MEMORY), progress
+        started = time.monotonic()
+        resumed = await AsyncSandbox.connect(
+            sbx.sandbox_id, api_url=url, sandbox_url=url, api_key=key
         )
+        print(f"connect (resume from memory): {time.monotonic() - started:.2f}s")
+        await asyncio.sleep(1.0)
+        after = await last_line(resumed)
+        assert after[0] == token  # the same process: a cold start would have no counter at all
+        assert int(after[1]) > int(count)
+        await resumed.kill()
+        # The snapshots' finalizer needs this process's controller.
         await asyncio.to_thread(
-            cluster.kubectl, "-n", namespace, "delete", "sandboxsnapshot", SNAP, "--wait=true"
-        )
+            cluster.kubectl,
+            "-n", namespace, "delete", "sandboxsnapshots", "--all", "--wait=true",
+        )  # fmt: skip
 
-    asyncio.run(_run_stack(cluster.kubeconfig, node, namespace, settings, tmp_path, scenario))
+    asyncio.run(
+        _run_stack(
+            cluster.kubeconfig,
+            node,
+            namespace,
+            settings,
+            tmp_path,
+            scenario,
+            memory=memory,
+            claims=True,
+        )
+    )

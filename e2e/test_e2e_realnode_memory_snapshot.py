@@ -17,23 +17,17 @@ skipped otherwise, failed under ``CI=true``.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from pathlib import Path
 
 import pytest
 
-from kube_agent_sandbox.controller import rbac
-from kube_agent_sandbox.extensions.snapshot import rbacgen
 from kube_agent_sandbox.extensions.snapshot.checkpoint import (
     KubeletCheckpointer,
     checkpoint_container,
-    ssl_context,
 )
 from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
 from kube_agent_sandbox.extensions.snapshot.registry import Credentials, RegistryClient
 from kube_agent_sandbox.testing.access import ClusterAccess
-from kube_agent_sandbox.testing.plugin import unavailable
 from kube_agent_sandbox.testing.registry import RunningRegistry
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 
@@ -55,55 +49,15 @@ def _last_line(cluster: ClusterAccess, namespace: str, pod: str) -> tuple[str, i
     return lines[0], int(lines[1])
 
 
-def _agent_token(cluster: ClusterAccess, namespace: str, tmp_path: Path) -> Path:
-    """A token of a ServiceAccount bound only to the node agent's generated ClusterRole."""
-    role = f"snapshotter-{namespace}"
-    rules = [r.to_dict() for r in rbac.normalize_rules(rbacgen.RBAC_RULES)]
-    cluster.apply(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": rules,
-        }
-    )
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": "snapshotter", "namespace": namespace},
-        }
-    )
-    cluster.apply(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "snapshotter", "namespace": namespace}],
-        }
-    )
-    token = cluster.kubectl("-n", namespace, "create", "token", "snapshotter").stdout.strip()
-    path = tmp_path / "token"
-    path.write_text(token)
-    return path
-
-
 def test_a_process_counter_keeps_counting_in_a_pod_from_its_memory_snapshot(
     cluster: ClusterAccess,
     namespace: str,
     python_image: str,
     real_node_environment: object,
+    kubelet_checkpointer: KubeletCheckpointer,
     oci_registry: RunningRegistry,
-    tmp_path: Path,
 ) -> None:
     node = real_node_environment.node  # type: ignore[attr-defined]
-    if node.options.criu_bin_dir is None:
-        unavailable("the node runs without containerd 2.3 and CRIU: AGENT_SANDBOX_E2E_CHECKPOINT=1")
     api = cluster.api_client()
     cluster.apply(
         {
@@ -130,16 +84,6 @@ def test_a_process_counter_keeps_counting_in_a_pod_from_its_memory_snapshot(
         what="the counter running",
     )
     time.sleep(1.0)
-    node_obj = cluster.kubectl("get", "node", node.options.node_name, "-o", "json").stdout
-    status = json.loads(node_obj)["status"]
-    address = next(a["address"] for a in status["addresses"] if a["type"] == "InternalIP")
-    port = status["daemonEndpoints"]["kubeletEndpoint"]["Port"]
-    checkpointer = KubeletCheckpointer(
-        f"https://{address}:{port}",
-        node=node.options.node_name,
-        token_file=_agent_token(cluster, namespace, tmp_path),
-        context=ssl_context("", insecure=True),
-    )
 
     async def snapshot() -> CommitResult:
         async with RegistryClient(
@@ -148,7 +92,7 @@ def test_a_process_counter_keeps_counting_in_a_pod_from_its_memory_snapshot(
             ssl_context=oci_registry.ssl_context(),
         ) as registry:
             return await checkpoint_container(
-                checkpointer,
+                kubelet_checkpointer,
                 node.workdir / "kubelet" / "checkpoints",
                 namespace=namespace,
                 pod="counter",

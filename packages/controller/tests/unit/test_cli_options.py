@@ -89,6 +89,7 @@ ADDED_FLAGS: list[tuple[str, str, Any]] = [
     ("snapshot-registry-ca", "snapshot_registry_ca", ""),
     ("snapshot-repository-prefix", "snapshot_repository_prefix", "agent-sandbox/snapshots"),
     ("snapshot-commit-timeout", "snapshot_commit_timeout", 600.0),
+    ("snapshot-node-lost-grace", "snapshot_node_lost_grace", 60.0),
     # Status writes (docs/guides/upstream-differences.md, status coalescing).
     ("sandbox-status-coalesce-window", "sandbox_status_coalesce_window", 0.5),
 ]

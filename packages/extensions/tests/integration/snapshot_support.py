@@ -12,7 +12,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import secrets
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,12 @@ from kube_agent_sandbox.controller.runtime import (
     Obj,
     load_kubeconfig,
 )
-from kube_agent_sandbox.extensions.snapshot.agent import MemoryCommitter, SnapshotAgent
+from kube_agent_sandbox.extensions.snapshot.agent import (
+    EVENT_REPORTER,
+    Committer,
+    MemoryCommitter,
+    SnapshotAgent,
+)
 from kube_agent_sandbox.extensions.snapshot.commit import CommitResult, CommitTarget
 from kube_agent_sandbox.extensions.snapshot.image import (
     OCI_CONFIG,
@@ -98,11 +105,13 @@ async def running_agent(
     namespace: str,
     node: str,
     settings: RegistrySettings,
-    committer: FolderCommitter,
+    committer: Committer,
     memory: MemoryCommitter | None = None,
+    workdir: Path | None = None,
 ) -> AsyncIterator[None]:
-    """The node agent of ``node`` (informer, queue and status writes as in the DaemonSet);
-    ``memory``: its Memory snapshots (None: as without ``--kubelet-checkpoints-dir``)."""
+    """The node agent of ``node`` (informer, queue, status writes and Events as in the DaemonSet);
+    ``memory``: its Memory snapshots (None: as without ``--kubelet-checkpoints-dir``);
+    ``workdir``: its ``--workdir``."""
     async with ApiClient(load_kubeconfig(str(cluster.kubeconfig))) as api:
         manager = Manager(
             api, metrics_bind_address="0", health_bind_address="0", namespace=namespace
@@ -114,6 +123,8 @@ async def running_agent(
             settings=settings,
             committer=committer,
             memory=memory,
+            workdir=workdir,
+            recorder=manager.event_recorder(EVENT_REPORTER),
         )
         ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
             4
@@ -135,15 +146,22 @@ _EMPTY_CONFIG = json.dumps(
 class SnapshotEnv(NamespaceApi):
     """Sandboxes, snapshots and their waits."""
 
-    async def running_sandbox(self, name: str, annotations: dict[str, str] | None = None) -> Obj:
-        """A Ready Sandbox whose Pod reports a containerd container ID (as a kubelet would)."""
+    async def running_sandbox(
+        self,
+        name: str,
+        annotations: dict[str, str] | None = None,
+        node_selector: dict[str, str] | None = None,
+    ) -> Obj:
+        """A Ready Sandbox whose Pod reports a containerd container ID (as a kubelet would);
+        ``node_selector`` pins its Pod to chosen nodes."""
+        pod_spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+        if node_selector:
+            pod_spec["nodeSelector"] = node_selector
         await self.create(
             SANDBOXES,
             {
                 "metadata": {"name": name, "annotations": annotations or {}},
-                "spec": {
-                    "podTemplate": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}
-                },
+                "spec": {"podTemplate": {"spec": pod_spec}},
             },
         )
 
@@ -198,13 +216,18 @@ class FolderCommitter:
     """Commits a folder of files instead of a container (kwok has none); records overlaps.
 
     Attributes:
-        root: Where the folders and layer files go.
+        root: Where the folders (the containers' writes) go.
+        workdir: Where the layer file is written while pushed, in a temporary folder removed
+            after, as the agent's ``--workdir`` (``root`` when None).
+        payload: Bytes of random data (gzip cannot shrink it) added to the container's writes.
         gate: Awaited before returning the result, when set (a test holds the commit there).
         running: Container IDs being committed now.
         overlapped: Set when two commits of one container ran at once.
     """
 
     root: Path
+    workdir: Path | None = None
+    payload: int = 0
     gate: asyncio.Event | None = None
     running: set[str] = field(default_factory=set)
     overlapped: bool = False
@@ -226,7 +249,14 @@ class FolderCommitter:
         tree = self.root / secrets.token_hex(4)
         (tree / "var/tmp").mkdir(parents=True)
         (tree / "var/tmp/agent-notes.txt").write_text(f"written in {container_id[:12]}")
-        blob = tree.with_suffix(".tar.gz")
+        if self.payload:
+            (tree / "var/tmp/data.bin").write_bytes(os.urandom(self.payload))
+        with tempfile.TemporaryDirectory(prefix="snapshot-", dir=self.workdir or self.root) as tmp:
+            return await self._push(tree, Path(tmp) / "layer.tar.gz", target, registry, comment)
+
+    async def _push(
+        self, tree: Path, blob: Path, target: CommitTarget, registry: RegistryClient, comment: str
+    ) -> CommitResult:
         with blob.open("wb") as out:
             layer = write_layer(tree, out)
         base = {

@@ -98,6 +98,14 @@ async def _live_pod(env: SnapshotEnv) -> Obj:
     return pod
 
 
+async def _resumed_pod(env: SnapshotEnv) -> Obj:
+    async def resumed() -> Obj | None:
+        pod = await env.get(PODS, "box")
+        return pod if pod and not pod["metadata"].get("deletionTimestamp") else None
+
+    return await env.until(resumed, "the Pod of the resume")
+
+
 def _annotation(sandbox: Obj | None, key: str) -> str | None:
     return ((sandbox or {}).get("metadata", {}).get("annotations") or {}).get(key)
 
@@ -138,12 +146,7 @@ async def test_the_pod_stays_until_the_snapshot_is_ready_and_the_resume_runs_its
     assert SNAP in event["note"]
 
     await _set_mode(env, "Running")
-
-    async def resumed() -> Obj | None:
-        pod = await env.get(PODS, "box")
-        return pod if pod and not pod["metadata"].get("deletionTimestamp") else None
-
-    pod = await env.until(resumed, "the Pod of the resume")
+    pod = await _resumed_pod(env)
     assert pod["spec"]["containers"][0]["image"] == ready["status"]["image"]
     # The user's template is unchanged.
     sandbox = await env.get(SANDBOXES, "box")
@@ -214,6 +217,43 @@ async def test_a_failed_save_then_resume_makes_the_sandbox_ready_again(
     await _set_mode(env, "Running")
     await _condition(env, "Ready", "DependenciesReady")
     assert (await _live_pod(env))["metadata"]["uid"] == pod["metadata"]["uid"]
+
+
+async def test_memory_with_a_fallback_on_a_node_that_cannot_keeps_the_files_and_resumes_them(
+    cluster: Any, env: SnapshotEnv, controller: RegistrySettings, namespace: str, tmp_path: Path
+) -> None:
+    # The same agent that cannot checkpoint; the Sandbox accepts the files alone.
+    committing = await _suspended_while_committing(
+        env,
+        {
+            k.ANNOTATION_SNAPSHOT_ON_SUSPEND: k.MODE_MEMORY,
+            k.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK: k.MODE_FILESYSTEM,
+        },
+    )
+    fallback = f"{SNAP}-filesystem"
+    async with running_agent(
+        cluster, namespace, committing["status"]["node"], controller, FolderCommitter(tmp_path)
+    ):
+        failed = await env.until_phase(SNAP, s.FAILED)
+        ready = await env.until_phase(fallback, s.READY)
+        await env.until_gone(PODS, "box")
+    assert failed["status"]["conditions"][0]["reason"] == s.REASON_MEMORY_UNSUPPORTED
+    assert ready["spec"]["mode"] == k.MODE_FILESYSTEM
+    warning = await _event(env, k.REASON_MEMORY_NOT_KEPT)
+    assert warning["type"] == "Warning"
+    assert "CRIU" in warning["note"]  # names what the node lacks
+    sandbox = await env.get(SANDBOXES, "box")
+    progress = k.SuspendProgress.parse(_annotation(sandbox, k.ANNOTATION_SUSPEND_SNAPSHOT))
+    assert progress is not None
+    assert (progress.snapshot, progress.phase, progress.mode) == (
+        fallback,
+        k.PHASE_SAVED,
+        k.MODE_FILESYSTEM,
+    )
+
+    await _set_mode(env, "Running")
+    pod = await _resumed_pod(env)
+    assert pod["spec"]["containers"][0]["image"] == ready["status"]["image"]
 
 
 async def test_an_unknown_mode_keeps_the_pod_and_says_which_values_work(

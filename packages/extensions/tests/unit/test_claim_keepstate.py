@@ -14,6 +14,7 @@ from kube_agent_sandbox.extensions.claim.fromsnapshot import kept_state_annotati
 
 ON = k.ANNOTATION_SNAPSHOT_ON_SUSPEND
 PULL = k.ANNOTATION_SNAPSHOT_PULL_SECRET
+FALLBACK = k.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK
 
 
 def _annotate(w: World, resource: Any, name: str, annotations: dict[str, str]) -> None:
@@ -28,10 +29,10 @@ async def test_the_claims_opt_in_reaches_its_sandbox(warm: bool) -> None:
     if warm:
         w.member("pool-aaaaa")
     w.claim()
-    _annotate(w, SANDBOX_CLAIMS, "claim", {ON: k.MODE_FILESYSTEM})
+    _annotate(w, SANDBOX_CLAIMS, "claim", {ON: k.MODE_MEMORY, FALLBACK: k.MODE_FILESYSTEM})
     await w.reconcile()
-    sandbox = w.get(SANDBOXES, "pool-aaaaa" if warm else "claim")
-    assert sandbox["metadata"]["annotations"][ON] == k.MODE_FILESYSTEM
+    annotations = w.get(SANDBOXES, "pool-aaaaa" if warm else "claim")["metadata"]["annotations"]
+    assert (annotations[ON], annotations[FALLBACK]) == (k.MODE_MEMORY, k.MODE_FILESYSTEM)
 
 
 @pytest.mark.parametrize("warm", [False, True])

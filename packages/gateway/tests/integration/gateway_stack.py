@@ -149,6 +149,7 @@ def start_gateway(
     secret_file: Path,
     tenants: Sequence[str] | None = None,
     domain: str | None = None,
+    pause_keeps_memory: bool = False,
 ) -> GatewayStack:
     """The gateway (all namespaces) as its own ServiceAccount, plus a local sandboxd.
 
@@ -168,6 +169,7 @@ def start_gateway(
         pod_address_override="127.0.0.1",
         pod_port_map={ENVD_PORT: sandboxd.port},
         create_timeout_seconds=30,
+        pause_keeps_memory=pause_keeps_memory,
     )
     state = GatewayState(options)
     try:

@@ -7,6 +7,9 @@ extensions, so the handshake is three annotations on the Sandbox, written by dif
 * :data:`ANNOTATION_SNAPSHOT_ON_SUSPEND` (the user, a claim, a template, the gateway): the opt-in,
   ``Filesystem`` or ``Memory`` (which fails with ``MemorySnapshotUnsupported`` where the node
   cannot checkpoint).
+* :data:`ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK` (the same parties, with ``Memory``):
+  ``Filesystem`` accepts the files alone where the node cannot keep the memory; without it that
+  save fails and the Pod is kept, as for any failed save.
 * :data:`ANNOTATION_SUSPEND_SNAPSHOT` (the keeper): where saving this suspension stands, as
   :class:`SuspendProgress` (the Sandbox's generation and Pod UID it is about, the
   SandboxSnapshot, the phase, and a failure's reason and message).
@@ -29,6 +32,7 @@ from kube_agent_sandbox.api import constants
 __all__ = [
     "ANNOTATION_RESUME_FROM",
     "ANNOTATION_SNAPSHOT_ON_SUSPEND",
+    "ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK",
     "ANNOTATION_SNAPSHOT_PULL_SECRET",
     "ANNOTATION_SUSPEND_SNAPSHOT",
     "MODES",
@@ -37,6 +41,7 @@ __all__ = [
     "PHASE_FAILED",
     "PHASE_SAVED",
     "PHASE_SAVING",
+    "REASON_MEMORY_NOT_KEPT",
     "REASON_SAVING_STATE",
     "REASON_STATE_NOT_SAVED",
     "ResumeFrom",
@@ -44,6 +49,11 @@ __all__ = [
 ]
 
 ANNOTATION_SNAPSHOT_ON_SUSPEND: Final = "extensions.agents.x-k8s.io/snapshot-on-suspend"
+ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK: Final = (
+    "extensions.agents.x-k8s.io/snapshot-on-suspend-fallback"
+)
+"""With ``snapshot-on-suspend: Memory``: ``Filesystem`` (the one value) saves the files where the
+node cannot checkpoint (``MemorySnapshotUnsupported``), rather than keep the Pod unsaved."""
 ANNOTATION_SUSPEND_SNAPSHOT: Final = "extensions.agents.x-k8s.io/suspend-snapshot"
 ANNOTATION_RESUME_FROM: Final = "extensions.agents.x-k8s.io/resume-from"
 ANNOTATION_SNAPSHOT_PULL_SECRET: Final = constants.ANNOTATION_SNAPSHOT_PULL_SECRET
@@ -60,6 +70,8 @@ PHASE_FAILED: Final = "Failed"
 # Reasons of the Sandbox's Suspended condition while its Pod is kept.
 REASON_SAVING_STATE: Final = "SavingState"
 REASON_STATE_NOT_SAVED: Final = "StateNotSaved"
+# The Event (Warning) of a Memory save that fell back to the files alone.
+REASON_MEMORY_NOT_KEPT: Final = "MemoryNotKept"
 
 
 def _load(value: object) -> dict[str, Any] | None:
@@ -84,6 +96,9 @@ class SuspendProgress:
         phase: ``Saving``, ``Saved`` or ``Failed``.
         reason: A failure's reason (the SandboxSnapshot's, or the keeper's).
         message: A failure's message, or what is being done.
+        mode: What the SandboxSnapshot keeps, ``Filesystem`` or ``Memory`` (``Filesystem``
+            after a fallback: how a reader tells whether the memory was kept); ``""`` in
+            reports written before this field.
     """
 
     generation: int
@@ -92,6 +107,7 @@ class SuspendProgress:
     phase: str
     reason: str = ""
     message: str = ""
+    mode: str = ""
 
     def to_annotation(self) -> str:
         """The annotation value (compact JSON)."""
@@ -111,6 +127,7 @@ class SuspendProgress:
                 phase=str(data["phase"]),
                 reason=str(data.get("reason") or ""),
                 message=str(data.get("message") or ""),
+                mode=str(data.get("mode") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None

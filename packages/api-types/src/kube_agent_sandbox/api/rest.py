@@ -80,6 +80,7 @@ def resource_path(
 
 
 PODS: Final = Resource("", "v1", "pods", "Pod")
+NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
 SERVICES: Final = Resource("", "v1", "services", "Service")
 PVCS: Final = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 SECRETS: Final = Resource("", "v1", "secrets", "Secret")

@@ -113,6 +113,12 @@ class ControllerOptions:
         600.0,
         "How long a SandboxSnapshot may stay Committing before it is marked Failed.",
     )
+    snapshot_node_lost_grace: float = _duration_flag(
+        "snapshot-node-lost-grace",
+        60.0,
+        "How long the node of a Committing SandboxSnapshot may stay not Ready "
+        "(a kubelet restart) before the snapshot is marked Failed (NodeLost).",
+    )
     leader_elect: bool = _flag(
         "leader-elect",
         True,

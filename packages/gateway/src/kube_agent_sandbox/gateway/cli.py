@@ -141,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="pause (and auto-pause) keeps the sandbox's files, where the controller runs the "
         "snapshot state keeper (default: on)",
     )
+    serve.add_argument(
+        "--pause-keeps-memory",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="pause (unless memory: false) and auto-pause also keep the processes' memory where "
+        "the node can checkpoint (CRIU), the files alone where it cannot; needs "
+        "--pause-keeps-filesystem (default: off)",
+    )
     serve.add_argument("--kube-api-qps", type=float, default=50.0)
     serve.add_argument("--kube-api-burst", type=int, default=100)
     serve.add_argument(
@@ -233,6 +241,7 @@ def options_from_args(args: argparse.Namespace) -> GatewayOptions:
         init_timeout_seconds=args.init_timeout,
         snapshot_timeout_seconds=args.snapshot_timeout,
         pause_keeps_filesystem=args.pause_keeps_filesystem,
+        pause_keeps_memory=args.pause_keeps_memory,
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
         tls_cert_file=args.tls_cert_file,

@@ -57,6 +57,12 @@ class GatewayOptions:
         pause_keeps_filesystem: claims carry ``snapshot-on-suspend: Filesystem`` so that
             every suspend (pause, auto-pause, the console's) keeps what the sandbox wrote,
             where the controller runs the state keeper (ignored where it does not).
+        pause_keeps_memory: a pause (unless ``memory: false``) and the auto-pause of a claim
+            created without ``autoPauseMemory: false`` ask for ``snapshot-on-suspend: Memory``
+            with the fallback ``Filesystem`` (:mod:`kube_agent_sandbox.gateway.pausekeeps`):
+            the memory where the node can checkpoint, the files where it cannot. Off by
+            default: the process resumes only on a node with CRIU too, and a checkpoint is
+            as large as the sandbox's memory. Needs ``pause_keeps_filesystem``.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -81,6 +87,7 @@ class GatewayOptions:
     snapshot_timeout_seconds: float = DEFAULT_SNAPSHOT_TIMEOUT_SECONDS
     snapshot_ack_seconds: float = DEFAULT_SNAPSHOT_ACK_SECONDS
     pause_keeps_filesystem: bool = True
+    pause_keeps_memory: bool = False
 
     def __post_init__(self) -> None:
         if self.create_timeout_seconds <= 0:
@@ -91,6 +98,11 @@ class GatewayOptions:
             raise ValueError("init timeout must be positive")
         if self.snapshot_timeout_seconds <= 0 or self.snapshot_ack_seconds <= 0:
             raise ValueError("snapshot timeouts must be positive")
+        if self.pause_keeps_memory and not self.pause_keeps_filesystem:
+            raise ValueError(
+                "--pause-keeps-memory needs --pause-keeps-filesystem: the files are its fallback"
+                " where a node cannot checkpoint"
+            )
         if self.domain is not None and (not self.domain or self.domain.startswith(".")):
             raise ValueError(f"invalid domain {self.domain!r}")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

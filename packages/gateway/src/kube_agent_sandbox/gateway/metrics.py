@@ -112,11 +112,13 @@ class GatewayMetrics:
             " with; 0 without TLS.",
             registry=reg,
         )
-        self.memory_pauses_total = Counter(
-            "agent_sandbox_gateway_memory_pauses",
-            "Pauses that asked to keep memory (`memory: true`, the default of E2B's JavaScript"
-            " SDK before 2.46): the gateway kept the files only, as memory snapshots are not"
-            " available.",
+        self.pauses_total = Counter(
+            "agent_sandbox_gateway_pauses",
+            "Pauses through the E2B API, by whether they asked to keep memory (`memory`, true"
+            " unless false as on E2B) and what the gateway asked the cluster to keep (memory:"
+            " with the files as the fallback where a node cannot checkpoint; filesystem;"
+            " volumes); the Sandbox's suspend-snapshot annotation says what was kept.",
+            ["memory", "kept"],
             registry=reg,
         )
         self.unknown_api_keys_total = Counter(

@@ -26,6 +26,7 @@ from kube_agent_sandbox.gateway.annotations import ANNOTATION_TIMEOUT
 from kube_agent_sandbox.gateway.envvars import EnvNotRestored, load_env
 from kube_agent_sandbox.gateway.index import SandboxIndex, SandboxRecord
 from kube_agent_sandbox.gateway.metrics import ENV_RESTORE, GatewayMetrics
+from kube_agent_sandbox.gateway.pausekeeps import restored_opt_in
 
 __all__ = [
     "RESUMABLE_BY",
@@ -217,6 +218,8 @@ class Resumer:
             if _mode(sandbox) != c.OPERATING_MODE_SUSPENDED:
                 return  # already running (resumed by someone else): just wait for Ready
             annotations: dict[str, str | None] = {c.ANNOTATION_SUSPENDED_BY: None}
+            # a pause's own choice (memory: false) ends here: auto-pause keeps the claim's
+            annotations.update(restored_opt_in(record.annotations))
             if c.ANNOTATION_PAUSE_AT in _annotations(sandbox):
                 later = self._wall() + dt.timedelta(seconds=self.timeout_seconds(record))
                 annotations[c.ANNOTATION_PAUSE_AT] = _rfc3339(later)

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from controlplane_helpers import create_sandbox as _create
-from gateway_fakes import TENANT, Gateway, claim_of
+from gateway_fakes import TENANT, Gateway, claim_of, started_gateway
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
@@ -84,24 +84,97 @@ async def test_claims_ask_their_suspends_to_keep_the_files(gateway: Gateway) -> 
     assert annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] == keepstate.MODE_FILESYSTEM
 
 
-async def test_pause_asking_for_memory_keeps_the_files_and_says_so(gateway: Gateway) -> None:
-    # E2B's JavaScript SDK before 2.46 sends memory: true on every pause()
+def _pauses(gateway: Gateway, memory: str, kept: str) -> float:
+    return float(gateway.state.metrics.pauses_total.labels(memory=memory, kept=kept)._value.get())
+
+
+def _opt_in(obj: Any) -> tuple[str | None, str | None]:
+    annotations = obj["metadata"].get("annotations") or {}
+    return (
+        annotations.get(keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND),
+        annotations.get(keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK),
+    )
+
+
+FILES = (keepstate.MODE_FILESYSTEM, None)
+MEMORY = (keepstate.MODE_MEMORY, keepstate.MODE_FILESYSTEM)
+
+
+@pytest.mark.parametrize("body", [{"memory": True}, {}])
+async def test_pause_asking_for_memory_keeps_the_files_and_says_so(
+    gateway: Gateway, body: dict[str, Any]
+) -> None:
+    # --pause-keeps-memory is off by default; E2B's JavaScript SDK before 2.46 sends
+    # memory: true on every pause(), and E2B's API reads no memory as true
     sid = await _create(gateway)
-    before = gateway.state.metrics.memory_pauses_total._value.get()
+    before = _pauses(gateway, "true", "filesystem")
     response = await gateway.client.post(
-        f"/sandboxes/{sid}/pause", json={"memory": True}, headers=gateway.headers()
+        f"/sandboxes/{sid}/pause", json=body, headers=gateway.headers()
     )
     assert response.status_code == 204
     assert response.headers["X-Agent-Sandbox-Kept"] == "filesystem"
-    assert gateway.state.metrics.memory_pauses_total._value.get() == before + 1
+    assert _pauses(gateway, "true", "filesystem") == before + 1
     sandbox = gateway.api.obj(SANDBOXES, f"pool-{sid[:8]}", TENANT)
     assert sandbox is not None
     assert sandbox["spec"]["operatingMode"] == "Suspended"
-    claim = claim_of(gateway.api, sid)
-    assert (
-        claim["metadata"]["annotations"][keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND]
-        == keepstate.MODE_FILESYSTEM
-    )
+    assert _opt_in(sandbox) == FILES
+    assert _opt_in(claim_of(gateway.api, sid)) == FILES
+
+
+@pytest.mark.parametrize(
+    ("body", "header", "wanted"),
+    [
+        ({"memory": True}, "memory", MEMORY),
+        ({}, "memory", MEMORY),  # E2B: a pause keeps the memory unless told not to
+        ({"memory": None}, "memory", MEMORY),
+        ({"memory": False}, "filesystem", FILES),
+    ],
+)
+async def test_with_pause_keeps_memory_a_pause_asks_for_memory_with_the_files_as_fallback(
+    body: dict[str, Any], header: str, wanted: tuple[str | None, str | None]
+) -> None:
+    async with started_gateway(pause_keeps_memory=True) as gateway:
+        sid = await _create(gateway, {"templateID": "base", "autoPause": True})
+        assert _opt_in(claim_of(gateway.api, sid)) == MEMORY  # what its auto-pause keeps
+        response = await gateway.client.post(
+            f"/sandboxes/{sid}/pause", json=body, headers=gateway.headers()
+        )
+        assert response.status_code == 204
+        assert response.headers["X-Agent-Sandbox-Kept"] == header
+        memory = "false" if body.get("memory") is False else "true"
+        assert _pauses(gateway, memory, header) == 1
+        sandbox = gateway.api.obj(SANDBOXES, f"pool-{sid[:8]}", TENANT)
+        assert sandbox is not None
+        assert sandbox["spec"]["operatingMode"] == "Suspended"
+        assert _opt_in(sandbox) == wanted
+
+
+async def test_auto_pause_memory_false_makes_the_claim_keep_the_files_only() -> None:
+    async with started_gateway(pause_keeps_memory=True) as gateway:
+        sid = await _create(
+            gateway, {"templateID": "base", "autoPause": True, "autoPauseMemory": False}
+        )
+        assert _opt_in(claim_of(gateway.api, sid)) == (keepstate.MODE_FILESYSTEM, None)
+        bad = await gateway.client.post(
+            "/sandboxes",
+            json={"templateID": "base", "autoPauseMemory": "no"},
+            headers=gateway.headers(),
+        )
+        assert bad.status_code == 400
+        assert "autoPauseMemory" in bad.json()["message"]
+
+
+async def test_without_pause_keeps_filesystem_only_volumes_are_kept() -> None:
+    async with started_gateway(pause_keeps_filesystem=False) as gateway:
+        sid = await _create(gateway)
+        assert _opt_in(claim_of(gateway.api, sid)) == (None, None)
+        response = await gateway.client.post(
+            f"/sandboxes/{sid}/pause", json={}, headers=gateway.headers()
+        )
+        assert response.headers["X-Agent-Sandbox-Kept"] == "volumes"
+        sandbox = gateway.api.obj(SANDBOXES, f"pool-{sid[:8]}", TENANT)
+        assert sandbox is not None
+        assert _opt_in(sandbox) == (None, None)
 
 
 @pytest.mark.parametrize("body", [b"[1]", b'{"memory": "yes"}', b'{"memory": 1}'])

@@ -219,6 +219,8 @@ def test_options_validate() -> None:
         GatewayOptions(domain=".x")
     with pytest.raises(ValueError, match="port mapping"):
         GatewayOptions(pod_port_map={0: 1})
+    with pytest.raises(ValueError, match="--pause-keeps-memory needs --pause-keeps-filesystem"):
+        GatewayOptions(pause_keeps_memory=True, pause_keeps_filesystem=False)
     assert parse_port_map("49983=1000, 49999=1001") == {49983: 1000, 49999: 1001}
     assert parse_port_map("") == {}
     for bad in ("49983", "a=b", "1=70000", "49983=1=2"):
@@ -238,9 +240,11 @@ def test_cli_serve_flags() -> None:
             "--pod-address-override=127.0.0.1",
             "--pod-port-map=49983=5000",
             "--public-url=http://gw:9000",
+            "--pause-keeps-memory",
         ]
     )
     options = cli.options_from_args(args)
+    assert options.pause_keeps_memory
     assert options.listen == "127.0.0.1:9000"
     assert options.namespace == "t"
     assert options.domain == "sbx.example.org"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kube_agent_sandbox.api import constants as c
+from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import ApiError, FakeApi
@@ -52,10 +53,15 @@ class State:
 
 
 def world(
-    *, suspended_by: str | None = "idle", auto_resume: str | None = "true", pause_at: bool = True
+    *,
+    suspended_by: str | None = "idle",
+    auto_resume: str | None = "true",
+    pause_at: bool = True,
+    claim_extra: dict[str, str] | None = None,
+    sandbox_extra: dict[str, str] | None = None,
 ) -> State:
     api = FakeApi(default_namespace=NS)
-    claim_annotations = {ANNOTATION_TIMEOUT: "600"}
+    claim_annotations = {ANNOTATION_TIMEOUT: "600", **(claim_extra or {})}
     api.add(
         SANDBOX_CLAIMS,
         {
@@ -67,7 +73,7 @@ def world(
             },
         },
     )
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = dict(sandbox_extra or {})
     if suspended_by:
         annotations[c.ANNOTATION_SUSPENDED_BY] = suspended_by
     if auto_resume:
@@ -139,6 +145,40 @@ async def test_concurrent_resumes_make_one_patch_and_one_init() -> None:
     claim = state.api.obj(SANDBOX_CLAIMS, "sb", NS)
     assert claim is not None
     assert claim["spec"]["lifecycle"]["shutdownTime"] == "2026-12-01T12:10:00Z"
+
+
+async def _resumed_sandbox(state: State) -> Any:
+    record = state.index.lookup("sb")
+    assert record is not None
+    loop = asyncio.create_task(_controller_loop(state))
+    try:
+        await resumer(state).resume(record)
+    finally:
+        loop.cancel()
+    sandbox = state.api.obj(SANDBOXES, "sb", NS)
+    assert sandbox is not None
+    return sandbox
+
+
+async def test_the_resume_puts_the_claims_opt_in_back_after_a_files_only_pause() -> None:
+    # the claim's auto-pause keeps memory; a pause with memory: false wrote Filesystem
+    memory = {
+        keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND: keepstate.MODE_MEMORY,
+        keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK: keepstate.MODE_FILESYSTEM,
+    }
+    files = {keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND: keepstate.MODE_FILESYSTEM}
+    state = world(claim_extra=memory, sandbox_extra=files)
+    sandbox = await _resumed_sandbox(state)
+    assert {key: sandbox["metadata"]["annotations"].get(key) for key in memory} == memory
+
+
+async def test_a_claim_without_an_opt_in_leaves_the_sandboxs_alone_on_resume() -> None:
+    files = {keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND: keepstate.MODE_FILESYSTEM}
+    state = world(sandbox_extra=files)
+    sandbox = await _resumed_sandbox(state)
+    assert sandbox["metadata"]["annotations"][keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] == (
+        keepstate.MODE_FILESYSTEM
+    )
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,10 @@ ANNOTATION_SNAPSHOT: Final = c.ANNOTATION_SNAPSHOT
 ANNOTATION_SNAPSHOT_PULL_SECRET: Final = k.ANNOTATION_SNAPSHOT_PULL_SECRET
 KEPT_STATE_ANNOTATIONS: Final = (
     k.ANNOTATION_SNAPSHOT_ON_SUSPEND,
+    k.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK,
     k.ANNOTATION_SNAPSHOT_PULL_SECRET,
 )
-"""What a claim or its template passes to its Sandbox for a suspend that keeps the filesystem."""
+"""What a claim or its template passes to its Sandbox for a suspend that keeps its state."""
 
 
 def snapshot_of(claim: Obj) -> str:

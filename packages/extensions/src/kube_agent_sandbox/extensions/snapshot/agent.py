@@ -12,8 +12,9 @@ expose or authenticate.
 
 Commits of one container run one at a time (two snapshots of one sandbox at once both succeed,
 in turn: runc cannot freeze a frozen container twice). When the controller failed the snapshot
-while the agent pushed (its Pod went away), the agent's Ready write conflicts, and the agent
-deletes what it pushed instead: nothing half-done is left listed as Ready.
+while the agent pushed (its Pod or node went away), the agent's Ready write conflicts, and the
+agent deletes what it pushed instead: nothing half-done is left listed as Ready, nor on a
+snapshot made again under the same name (the write is for the object, by UID, it committed).
 
 Run: ``python -m kube_agent_sandbox.extensions.snapshot.agent --node-name $NODE_NAME
 --snapshot-registry https://registry:5000 ...``.
@@ -28,6 +29,7 @@ import functools
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -46,6 +48,7 @@ from kube_agent_sandbox.controller.runtime import (
     Result,
     TransientError,
     load_config,
+    meta,
     name_of,
     namespace_of,
     truncate_note,
@@ -64,6 +67,12 @@ from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdError, C
 from kube_agent_sandbox.extensions.snapshot.image import ImageError
 from kube_agent_sandbox.extensions.snapshot.layer import LayerError
 from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
+from kube_agent_sandbox.extensions.snapshot.nospace import (
+    disk_full_message,
+    node_disk_full,
+    registry_full,
+    registry_full_message,
+)
 from kube_agent_sandbox.extensions.snapshot.registry import RegistryClient, RegistryError
 from kube_agent_sandbox.extensions.snapshot.settings import (
     RegistrySettings,
@@ -153,6 +162,8 @@ class SnapshotAgent:
         memory: Does a Memory snapshot (None: this node agent cannot, and says so).
         recorder: Receives the Events.
         metrics: Counts the snapshots this agent ended.
+        workdir: The committer's work folder (named when it fills up; the system's temporary
+            folder when None).
         clock: Now, in UTC.
     """
 
@@ -167,9 +178,11 @@ class SnapshotAgent:
         memory: MemoryCommitter | None = None,
         recorder: EventRecorder | None = None,
         metrics: SnapshotMetrics | None = None,
+        workdir: Path | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._client = client
+        self._workdir = workdir or Path(tempfile.gettempdir())
         self._memory = memory
         self._metrics = metrics
         self._snapshots = snapshots
@@ -262,23 +275,36 @@ class SnapshotAgent:
                 if not written:
                     # The snapshot failed meanwhile (its Pod went away): do not leave the image.
                     await registry.delete_manifest(target.repository, result.digest)
-        except CheckpointError as err:
-            reason = s.REASON_MEMORY_UNSUPPORTED if err.unsupported else s.REASON_COMMIT_FAILED
-            await self._finish(snapshot, s.FAILED, reason, str(err))
+        except RegistryError as err:
+            if registry_full(err):
+                message = registry_full_message(err)
+                await self._finish(snapshot, s.FAILED, s.REASON_REGISTRY_STORAGE_FULL, message)
+            else:
+                await self._finish(snapshot, s.FAILED, s.REASON_PUSH_FAILED, str(err))
+        except (CheckpointError, LayerError, ImageError, OSError) as err:
+            if node_disk_full(err):
+                message = disk_full_message(self._node, err, self._workdir)
+                await self._finish(snapshot, s.FAILED, s.REASON_NODE_DISK_FULL, message)
+            elif isinstance(err, OSError):
+                raise  # not the commit's (the API server unreachable): the queue retries
+            elif isinstance(err, CheckpointError) and err.unsupported:
+                await self._finish(snapshot, s.FAILED, s.REASON_MEMORY_UNSUPPORTED, str(err))
+            else:
+                await self._finish(snapshot, s.FAILED, s.REASON_COMMIT_FAILED, str(err))
         except ContainerdError as err:
             await self._finish(snapshot, s.FAILED, s.REASON_SOURCE_DELETED, str(err))
-        except (LayerError, ImageError) as err:
-            await self._finish(snapshot, s.FAILED, s.REASON_COMMIT_FAILED, str(err))
-        except (RegistryError, ValueError) as err:
+        except ValueError as err:
             await self._finish(snapshot, s.FAILED, s.REASON_PUSH_FAILED, str(err))
 
     async def _finish(
         self, snapshot: Obj, phase: str, reason: str, message: str, **fields: Any
     ) -> bool:
-        """Write the final status; False when the snapshot is no longer Committing."""
+        """Write the final status; False when the snapshot is no longer this commit's: no longer
+        Committing here, or another object of the same name (the failed one deleted and made
+        again while this commit hung: its result must not land on the new one)."""
         current = snapshot
         for _ in range(_WRITE_ATTEMPTS):
-            if s.phase_of(current) != s.COMMITTING:
+            if meta(current).get("uid") != meta(snapshot).get("uid") or not self._mine(current):
                 return False
             body = s.with_status(
                 current, phase=phase, reason=reason, message=message, now=self._clock(), **fields
@@ -380,6 +406,7 @@ async def run(args: argparse.Namespace) -> None:
             settings=settings,
             committer=node_committer(node, Path(args.workdir) if args.workdir else None),
             memory=memory,
+            workdir=Path(args.workdir) if args.workdir else None,
             recorder=manager.event_recorder(EVENT_REPORTER),
             metrics=SnapshotMetrics(manager.registry),
         )

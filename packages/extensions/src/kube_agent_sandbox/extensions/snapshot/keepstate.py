@@ -10,10 +10,16 @@ goes through annotations on the Sandbox (``kube_agent_sandbox.api.keepstate``):
 * it is Ready: progress ``Saved`` and ``resume-from`` (the pinned image, which container, the
   template image it replaces) in one write; the core then deletes the Pod, and the Pod of the
   resume runs that image;
-* it Failed (registry down, push failed, ``mode: Memory``...): progress ``Failed`` with its
-  reason and message, and a Warning Event on the Sandbox; the Pod stays and the Sandbox stays
-  usable. Deleting the failed SandboxSnapshot retries (it is made again under the same name);
-  a resume ends the attempt, a later suspend makes a new one.
+* it Failed (registry down, push failed, ``mode: Memory`` on a node that cannot checkpoint...):
+  progress ``Failed`` with its reason and message, and a Warning Event on the Sandbox; the Pod
+  stays and the Sandbox stays usable. Deleting the failed SandboxSnapshot retries (it is made
+  again under the same name); a resume ends the attempt, a later suspend makes a new one.
+* the exception: a ``Memory`` save that failed with ``MemorySnapshotUnsupported`` on a Sandbox
+  that also says ``snapshot-on-suspend-fallback: Filesystem`` goes on as a ``Filesystem``
+  SandboxSnapshot ``<sandbox>-suspend-<generation>-filesystem``, with a Warning Event
+  ``MemoryNotKept`` naming what the node lacks; the progress names that snapshot and says
+  ``mode: Filesystem``. Other failures (a push that failed...) never fall back: the files
+  would fail the same way, and a retry may keep the memory.
 
 Every write to the Sandbox is locked on the resourceVersion the keeper read it at: a resume that
 lands meanwhile makes the write fail (and the next pass sees the Sandbox running and stops), so
@@ -59,6 +65,7 @@ FIELD_MANAGER: Final = "agent-sandbox-state-keeper"
 
 REASON_STATE_SAVED: Final = "StateSaved"
 REASON_INVALID_MODE: Final = "InvalidSnapshotOnSuspend"
+FALLBACK_SUFFIX: Final = "-filesystem"
 _NAME_MAX: Final = 100  # the default tag is the name: at most 128 characters
 
 
@@ -66,10 +73,11 @@ class KeepStateRetry(TransientError):
     """Raised so the queue retries with backoff (a write conflict, the API server)."""
 
 
-def snapshot_name(sandbox: str, generation: int) -> str:
+def snapshot_name(sandbox: str, generation: int, *, fallback: bool = False) -> str:
     """The SandboxSnapshot saving ``sandbox`` suspended at ``generation`` (deterministic: a
-    keeper that crashed between create and report finds its own snapshot again)."""
-    suffix = f"-suspend-{generation}"
+    keeper that crashed between create and report finds its own snapshot again);
+    ``fallback``: the Filesystem one made after a Memory save the node could not do."""
+    suffix = f"-suspend-{generation}" + (FALLBACK_SUFFIX if fallback else "")
     if len(sandbox) + len(suffix) <= _NAME_MAX:
         return sandbox + suffix
     digest = hashlib.sha256(sandbox.encode()).hexdigest()[:8]
@@ -116,9 +124,7 @@ class StateKeeper:
         sandbox = self._sandboxes.get(request.namespace, request.name)
         if sandbox is None or meta(sandbox).get("deletionTimestamp"):
             return Result()
-        mode = str(
-            (meta(sandbox).get("annotations") or {}).get(k.ANNOTATION_SNAPSHOT_ON_SUSPEND) or ""
-        )
+        mode = _opt_in(sandbox)
         suspended = (sandbox.get("spec") or {}).get("operatingMode") == c.OPERATING_MODE_SUSPENDED
         if not mode or not suspended:
             return Result()
@@ -150,36 +156,57 @@ class StateKeeper:
         name = (
             current.snapshot if current is not None else snapshot_name(name_of(sandbox), generation)
         )
-        if mode not in k.MODES:
-            message = (
-                f"{k.ANNOTATION_SNAPSHOT_ON_SUSPEND}={mode!r} is not one of "
-                f"{', '.join(k.MODES)}; the state was not saved"
-            )
+        invalid = _invalid_opt_in(sandbox, mode)
+        if invalid:
             report = k.SuspendProgress(
-                generation, pod_uid, name, k.PHASE_FAILED, REASON_INVALID_MODE, message
+                generation, pod_uid, name, k.PHASE_FAILED, REASON_INVALID_MODE, invalid
             )
             await self._report(sandbox, current, report, pod=pod)
             return Result()
+        fallback = snapshot_name(name_of(sandbox), generation, fallback=True)
+        if name == fallback:
+            mode = k.MODE_FILESYSTEM
         snapshot = self._snapshots.get(namespace, name)
         if snapshot is None:
             snapshot = await self._create(sandbox, name, mode, pod_uid)
+        if _falls_back(sandbox, mode, snapshot):
+            name, mode = fallback, k.MODE_FILESYSTEM
+            snapshot = await self._fall_back(sandbox, snapshot, name, pod_uid)
         phase = s.phase_of(snapshot)
         if phase == s.READY:
-            return await self._saved(sandbox, current, snapshot, pod, generation)
+            return await self._saved(sandbox, current, snapshot, pod, generation, mode)
+        reason, message = _ready_reason(snapshot)
         if phase == s.FAILED:
-            reason, message = _ready_reason(snapshot)
             text = (
                 f"SandboxSnapshot {name} failed ({reason}): {message}. To retry, delete "
                 f"SandboxSnapshot {name} (it is made again); or resume the Sandbox"
             )
-            report = k.SuspendProgress(generation, pod_uid, name, k.PHASE_FAILED, reason, text)
-        else:
-            reason, message = _ready_reason(snapshot)
             report = k.SuspendProgress(
-                generation, pod_uid, name, k.PHASE_SAVING, reason, f"{phase}: {message}"
+                generation, pod_uid, name, k.PHASE_FAILED, reason, text, mode=mode
+            )
+        else:
+            report = k.SuspendProgress(
+                generation, pod_uid, name, k.PHASE_SAVING, reason, f"{phase}: {message}", mode=mode
             )
         await self._report(sandbox, current, report, pod=pod)
         return Result()
+
+    async def _fall_back(self, sandbox: Obj, failed: Obj, name: str, pod_uid: str) -> Obj:
+        """The Filesystem SandboxSnapshot replacing a Memory one the node could not make."""
+        snapshot = self._snapshots.get(namespace_of(sandbox), name)
+        if snapshot is not None:
+            return snapshot
+        _, why = _ready_reason(failed)
+        self._event(
+            sandbox,
+            "Warning",
+            k.REASON_MEMORY_NOT_KEPT,
+            f"SandboxSnapshot {name_of(failed)} could not keep the memory "
+            f"({s.REASON_MEMORY_UNSUPPORTED}: {why}); as "
+            f"{k.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK} allows, SandboxSnapshot {name} "
+            f"keeps the filesystem and a resume starts the processes afresh",
+        )
+        return await self._create(sandbox, name, k.MODE_FILESYSTEM, pod_uid)
 
     async def _pod(self, sandbox: Obj) -> Obj | None:
         """The Sandbox's own Pod while it still runs (not terminating), else None."""
@@ -227,6 +254,7 @@ class StateKeeper:
         snapshot: Obj,
         pod: Obj,
         generation: int,
+        mode: str,
     ) -> Result:
         status = s.status_of(snapshot)
         container = _container_named(pod, str(status.get("containerID") or ""))
@@ -244,6 +272,7 @@ class StateKeeper:
                 s.REASON_SOURCE_DELETED,
                 f"SandboxSnapshot {name} does not match a container of Pod {name_of(pod)}; "
                 f"delete it to retry",
+                mode=mode,
             )
             await self._report(sandbox, current, report, pod=pod)
             return Result()
@@ -258,8 +287,11 @@ class StateKeeper:
             snapshot=name,
             pull_secret=pull_secret,
         )
+        message = f"saved as {resume.image}"
+        if mode != _opt_in(sandbox):
+            message += f" (the filesystem only: {k.REASON_MEMORY_NOT_KEPT}, see the Events)"
         report = k.SuspendProgress(
-            generation, pod_uid, name, k.PHASE_SAVED, message=f"saved as {resume.image}"
+            generation, pod_uid, name, k.PHASE_SAVED, message=message, mode=mode
         )
         await self._report(sandbox, current, report, pod=pod, resume=resume)
         return Result()
@@ -290,11 +322,12 @@ class StateKeeper:
         if report.phase == k.PHASE_FAILED:
             self._event(sandbox, "Warning", k.REASON_STATE_NOT_SAVED, report.message)
         elif report.phase == k.PHASE_SAVED:
+            kept = "memory and filesystem" if report.mode == k.MODE_MEMORY else "filesystem"
             self._event(
                 sandbox,
                 "Normal",
                 REASON_STATE_SAVED,
-                f"the filesystem of Pod {name_of(pod)} is saved in SandboxSnapshot "
+                f"the {kept} of Pod {name_of(pod)} is saved in SandboxSnapshot "
                 f"{report.snapshot}; the Pod goes and a resume starts from it",
             )
 
@@ -303,6 +336,41 @@ class StateKeeper:
             self._recorder.event(
                 sandbox, type_=type_, reason=reason, action="KeepState", note=truncate_note(message)
             )
+
+
+def _opt_in(sandbox: Obj) -> str:
+    return str((meta(sandbox).get("annotations") or {}).get(k.ANNOTATION_SNAPSHOT_ON_SUSPEND) or "")
+
+
+def _invalid_opt_in(sandbox: Obj, mode: str) -> str:
+    """Why the Sandbox's opt-in (mode and fallback) cannot be followed; ``""`` when it can."""
+    annotations = meta(sandbox).get("annotations") or {}
+    if mode not in k.MODES:
+        return (
+            f"{k.ANNOTATION_SNAPSHOT_ON_SUSPEND}={mode!r} is not one of "
+            f"{', '.join(k.MODES)}; the state was not saved"
+        )
+    fallback = annotations.get(k.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK)
+    if fallback is not None and fallback != k.MODE_FILESYSTEM:
+        return (
+            f"{k.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK}={fallback!r} is not "
+            f"{k.MODE_FILESYSTEM!r} (the one fallback); the state was not saved"
+        )
+    return ""
+
+
+def _falls_back(sandbox: Obj, mode: str, snapshot: Obj) -> bool:
+    """Whether this Memory snapshot failed because the node cannot checkpoint, and the
+    Sandbox accepts the files alone then."""
+    accepts = (meta(sandbox).get("annotations") or {}).get(
+        k.ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK
+    ) == k.MODE_FILESYSTEM
+    return (
+        accepts
+        and mode == k.MODE_MEMORY
+        and s.phase_of(snapshot) == s.FAILED
+        and _ready_reason(snapshot)[0] == s.REASON_MEMORY_UNSUPPORTED
+    )
 
 
 def _ready_reason(snapshot: Obj) -> tuple[str, str]:

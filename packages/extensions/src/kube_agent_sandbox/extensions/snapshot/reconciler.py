@@ -6,9 +6,12 @@ containerd on a node, so it only finds the Sandbox's Pod and container, writes t
 target ``host/repository:tag``) into the status with phase Committing, and leaves the commit to
 the node agent on that node (``agent.py``), which writes Ready or Failed (a ``Memory`` snapshot
 too: the agent has its kubelet checkpoint the container, or says what the node lacks). The
-controller fails a commit whose Pod went away or that no agent finished in time. Deleting a
-snapshot deletes its manifest from the registry first (a finalizer); a registry that is down is
-retried with backoff and the object stays, with a condition and an Event naming the cause.
+controller fails a commit whose Pod went away, whose node was deleted or stayed not Ready past a
+grace (``NodeLost``: its agent went with it), or that no agent finished in time. An agent that
+answers after that loses the status write (``resourceVersion``) and deletes what it pushed.
+Deleting a snapshot deletes its manifest from the registry first (a finalizer); a registry that
+is down is retried with backoff and the object stays, with a condition and an Event naming the
+cause.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
-from kube_agent_sandbox.api.rest import PODS
+from kube_agent_sandbox.api.rest import NODES, PODS
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
     Client,
@@ -53,6 +56,8 @@ POLL_COMMITTING: Final = 5.0
 """Seconds between looks at a commit's Pod (is it still there?)."""
 DELETE_REFUSED_RECHECK: Final = 300.0
 """Seconds before asking again a registry that refuses deletes."""
+NODE_LOST_GRACE: Final = 60.0
+"""Seconds a commit's node may stay not Ready (a kubelet restart) before the commit fails."""
 
 
 class SnapshotRetry(TransientError):
@@ -70,6 +75,7 @@ class SnapshotReconciler:
         recorder: Receives the Events.
         metrics: Counts outcomes.
         commit_timeout: Seconds a snapshot may stay Committing.
+        node_grace: Seconds the commit's node may stay not Ready before the commit fails.
         clock: Now, in UTC (tests move it).
     """
 
@@ -83,6 +89,7 @@ class SnapshotReconciler:
         recorder: EventRecorder | None = None,
         metrics: SnapshotMetrics | None = None,
         commit_timeout: float = 600.0,
+        node_grace: float = NODE_LOST_GRACE,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self._client = client
@@ -92,6 +99,7 @@ class SnapshotReconciler:
         self._recorder = recorder
         self._metrics = metrics
         self._timeout = commit_timeout
+        self._node_grace = node_grace
         self._clock = clock
 
     async def reconcile(self, request: Request) -> Result:
@@ -225,6 +233,10 @@ class SnapshotReconciler:
                 f"no node agent finished the commit on node {status.get('node')} within "
                 f"{int(self._timeout)}s; is the agent-sandbox-snapshotter DaemonSet running there?",
             )
+        # Before the Pod: a lost node's Pods go too (pod GC), which would hide the cause.
+        lost = await self._node_lost(str(status.get("node") or ""))
+        if lost is not None:
+            return await self._fail(snapshot, s.REASON_NODE_LOST, lost)
         pod_name = str(status.get("sourcePod") or "")
         try:
             pod = await self._client.get(PODS, namespace, pod_name)
@@ -247,6 +259,33 @@ class SnapshotReconciler:
                 f"the container of Pod {pod_name} went away during the commit; nothing was kept",
             )
         return Result(requeue_after=min(POLL_COMMITTING, max(1.0, self._timeout - elapsed)))
+
+    async def _node_lost(self, node: str) -> str | None:
+        """Why the commit's node (and so its agent) is lost, or None while it may still answer."""
+        if not node:
+            return None
+        try:
+            obj = await self._client.get(NODES, "", node)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            return (
+                f"node {node} was deleted during the commit, with its node agent; nothing was "
+                "kept. The Sandbox's Pod is recreated on another node: take a new snapshot there"
+            )
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+        if ready is None or ready.get("status") == "True":
+            return None
+        since = _parse_time(ready.get("lastTransitionTime"))
+        down = (self._clock() - since).total_seconds() if since else 0.0
+        if down < self._node_grace:
+            return None
+        return (
+            f"node {node} has not been Ready for {int(down)}s (Ready={ready.get('status')}, "
+            f"{ready.get('reason') or 'no reason'}) during the commit, so its node agent cannot "
+            "finish it; nothing was kept. Take a new snapshot once the Sandbox runs on a Ready node"
+        )
 
     # -- deletion ------------------------------------------------------------------------------
 

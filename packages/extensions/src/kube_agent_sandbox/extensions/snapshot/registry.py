@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -47,11 +48,14 @@ class RegistryError(RuntimeError):
 
     Attributes:
         status: HTTP status (0 when the registry could not be reached).
+        body: The registry's answer, up to 4 KiB (the message keeps only its start; a storage
+            error's detail, with its long path, comes after).
     """
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    def __init__(self, message: str, *, status: int = 0, body: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,7 @@ class RegistryClient:
                 raise RegistryError(
                     f"{method} {url} answered {status}: {content[:300].decode(errors='replace')}",
                     status=status,
+                    body=content[:4096].decode(errors="replace"),
                 )
             return status, answer, content
         raise RegistryError(f"{method} {url}: the credentials were refused", status=401)
@@ -290,18 +295,44 @@ class RegistryClient:
             raise RegistryError(f"{self.url} started an upload without a Location")
         location = urljoin(self.url + "/", location)
         separator = "&" if "?" in location else "?"
-        _, done, _ = await self._request(
-            "PUT",
-            f"{location}{separator}digest={digest}",
-            repository=repository,
-            expected=(201,),
-            headers={"Content-Type": "application/octet-stream"},
-            body=content,
-        )
+        try:
+            _, done, _ = await self._request(
+                "PUT",
+                f"{location}{separator}digest={digest}",
+                repository=repository,
+                expected=(201,),
+                headers={"Content-Type": "application/octet-stream"},
+                body=content,
+            )
+        except RegistryError as err:
+            await self._cancel_upload(repository, location)
+            # The size tells a registry short of space how much more it needs.
+            size = (
+                len(content)
+                if isinstance(content, bytes)
+                else (await asyncio.to_thread(content.stat)).st_size
+            )
+            raise RegistryError(
+                f"uploading {size} bytes: {err}", status=err.status, body=err.body
+            ) from err
         stored = done.get("Docker-Content-Digest")
         if stored is not None and stored != digest:
             raise RegistryError(f"{self.url} stored blob {digest} as {stored}")
         return True
+
+    async def _cancel_upload(self, repository: str, location: str) -> None:
+        """Cancel a failed upload so the registry drops what it stored of it (a full registry
+        would keep the partial blob until its upload purge, days later); best effort.
+
+        The status query comes first: its Location carries the upload's current offset, which
+        distribution checks on a DELETE (the first Location says 0).
+        """
+        with contextlib.suppress(RegistryError):
+            _, answer, _ = await self._request(
+                "GET", location, repository=repository, expected=(204,)
+            )
+            current = urljoin(self.url + "/", answer.get("Location") or location)
+            await self._request("DELETE", current, repository=repository, expected=(202, 204, 404))
 
     async def put_manifest(
         self, repository: str, reference: str, manifest: bytes, media_type: str

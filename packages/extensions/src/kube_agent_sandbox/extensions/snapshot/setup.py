@@ -45,6 +45,8 @@ RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     rule(c.GROUP, SANDBOXES.plural, ("get", "list", "watch", "patch")),
     # The source Pod's node and container (read once per look, not cached).
     rule("", "pods", ("get",)),
+    # The commit's Node: deleted or long not Ready fails the commit (NodeLost), not the timeout.
+    rule("", "nodes", ("get",)),
     # No Secret rule: the registry's credentials are a mounted file (--snapshot-registry-auth-file).
     rule("", "events", ("create", "patch")),
     rule("events.k8s.io", "events", ("create", "patch")),
@@ -91,6 +93,7 @@ def setup(
         recorder=manager.event_recorder(EVENT_REPORTER),
         metrics=metrics,
         commit_timeout=options.snapshot_commit_timeout,
+        node_grace=options.snapshot_node_lost_grace,
     )
     (
         ControllerBuilder(manager, CONTROLLER_NAME)

@@ -225,7 +225,8 @@ class Console:
         if action == "delete":
             await state.api.delete(SANDBOX_CLAIMS, tenant.namespace, sandbox_id)
         elif action == "suspend" and record.sandbox is not None:
-            await suspend_sandbox(state, record, record.sandbox)
+            # as E2B's pause without a body: the memory too, where --pause-keeps-memory allows
+            await suspend_sandbox(state, record, record.sandbox, memory=True)
         elif action == "resume":
             # as connect: a fresh deadline (pause dropped it), then the resume itself
             timeout = state.resumer.timeout_seconds(record)

@@ -47,7 +47,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import (
     SANDBOX_CLAIMS,
     SANDBOX_TEMPLATES,
@@ -91,6 +90,7 @@ from kube_agent_sandbox.gateway.errors import bad_request, e2b_error
 from kube_agent_sandbox.gateway.index import SandboxRecord, condition
 from kube_agent_sandbox.gateway.metrics import ENV_STORE
 from kube_agent_sandbox.gateway.owned import create_owned
+from kube_agent_sandbox.gateway.pausekeeps import claim_opt_in
 from kube_agent_sandbox.gateway.snapshots import SnapshotError, snapshot_pool
 from kube_agent_sandbox.gateway.state import GatewayState
 from kube_agent_sandbox.gateway.tenants import Tenant
@@ -336,11 +336,12 @@ def claim_manifest(
     request_fingerprint: str | None = None,
     trace_context: str = "",
     snapshot: str | None = None,
-    keep_filesystem: bool = False,
+    kept_state: Mapping[str, str] | None = None,
 ) -> Obj:
     """The SandboxClaim of a create (``trace_context``: the W3C context the controllers
     continue, with tracing on; ``snapshot``: the SandboxSnapshot its Sandbox starts from;
-    ``keep_filesystem``: its suspends keep the files, passed to its Sandbox)."""
+    ``kept_state``: the ``snapshot-on-suspend`` annotations, passed to its Sandbox, of what its
+    suspends keep, :func:`~kube_agent_sandbox.gateway.pausekeeps.claim_opt_in`)."""
     annotations = {
         ANNOTATION_TEMPLATE: spec.template_id,
         ANNOTATION_TIMEOUT: str(spec.timeout),
@@ -362,8 +363,7 @@ def claim_manifest(
         annotations[c.ANNOTATION_TRACE_CONTEXT] = trace_context
     if snapshot:
         annotations[c.ANNOTATION_SNAPSHOT] = snapshot
-    if keep_filesystem:
-        annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] = keepstate.MODE_FILESYSTEM
+    annotations.update(kept_state or {})
     claim_spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
     if not spec.auto_pause:
         claim_spec["lifecycle"] = {
@@ -571,7 +571,7 @@ async def _start(
                 now=now,
                 trace_context=state.tracer.trace_context(),
                 snapshot=source.snapshot,
-                keep_filesystem=state.options.pause_keeps_filesystem,
+                kept_state=claim_opt_in(state.options, memory=spec.auto_pause_memory),
             )
             try:
                 created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)
@@ -623,7 +623,7 @@ async def _start_idempotent(
                 request_fingerprint=idem.fingerprint,
                 trace_context=state.tracer.trace_context(),
                 snapshot=source.snapshot,
-                keep_filesystem=state.options.pause_keeps_filesystem,
+                kept_state=claim_opt_in(state.options, memory=spec.auto_pause_memory),
             )
             try:
                 created = await state.api.create(SANDBOX_CLAIMS, namespace, claim)

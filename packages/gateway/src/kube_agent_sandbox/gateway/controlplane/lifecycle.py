@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.api import keepstate
 from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOXES
 from kube_agent_sandbox.controller.runtime import ApiError, Obj
+from kube_agent_sandbox.gateway import pausekeeps
 from kube_agent_sandbox.gateway.controlplane.auth import tenant_record
 from kube_agent_sandbox.gateway.controlplane.body import BodyTooLarge, read_json_object
 from kube_agent_sandbox.gateway.controlplane.create import copy_policy_to_sandbox
@@ -173,19 +173,16 @@ async def set_timeout(request: Request, state: GatewayState) -> Response:
     return Response(status_code=204)
 
 
-KEPT_HEADER = "X-Agent-Sandbox-Kept"
-"""What a pause keeps: :data:`KEPT_FILES` or :data:`KEPT_VOLUMES` (never memory yet)."""
-KEPT_FILES = "filesystem"
-KEPT_VOLUMES = "volumes"
-
-
 async def pause(request: Request, state: GatewayState) -> Response:
-    """``POST /sandboxes/{id}/pause`` ``{memory?}``: suspend, keeping the files where the
-    cluster can (``--pause-keeps-filesystem``); 409 when already paused.
+    """``POST /sandboxes/{id}/pause`` ``{memory?}``: suspend, keeping what the gateway's options
+    allow (:mod:`kube_agent_sandbox.gateway.pausekeeps`); 409 when already paused.
 
-    ``memory: true`` is what E2B's JavaScript SDK sent on every ``pause()`` before 2.46, so
-    refusing it would break the default call: the files are kept, the answer names what was
-    kept (header ``X-Agent-Sandbox-Kept``), and a warning and a metric record the dropped memory.
+    As on E2B, ``memory`` absent means true: with ``--pause-keeps-memory`` the cluster keeps
+    the memory where the node can checkpoint, else the files. The answer's header
+    ``X-Agent-Sandbox-Kept`` names what was asked of the cluster (``memory``, ``filesystem``
+    or ``volumes``); the Sandbox's ``suspend-snapshot`` annotation shows what was kept. A pause
+    that asked for memory the options do not keep is logged (E2B's JavaScript SDK before 2.46
+    sent ``memory: true`` on every ``pause()``, so refusing it would break the default call).
     """
     record, error = tenant_record(request, state)
     if record is None:
@@ -197,38 +194,46 @@ async def pause(request: Request, state: GatewayState) -> Response:
     except BadRequest as exc:
         return bad_request(str(exc))
     memory = body.get("memory")
-    if memory is not None and not isinstance(memory, bool):
+    if memory is None:
+        memory = True  # E2B's API default: a full snapshot
+    if not isinstance(memory, bool):
         return bad_request("memory must be a boolean")
     if record.suspended:
         return e2b_error(409, f"sandbox {record.sandbox_id} is already paused")
     if record.sandbox is None:
         return e2b_error(409, f"sandbox {record.sandbox_id} is still starting")
     try:
-        await suspend_sandbox(state, record, record.sandbox)
+        await suspend_sandbox(state, record, record.sandbox, memory=memory)
     except ApiError as exc:
         return cluster_error(exc, record.sandbox_id)
-    kept = KEPT_FILES if state.options.pause_keeps_filesystem else KEPT_VOLUMES
-    if memory:
-        state.metrics.memory_pauses_total.inc()
-        logger.warning(
-            "sandbox %s: pause asked to keep memory; memory snapshots are not available"
-            " (CRIU and the kubelet's ContainerCheckpoint API), so %s kept",
+    kept = pausekeeps.kept(state.options, memory=memory)
+    state.metrics.pauses_total.labels(memory=str(memory).lower(), kept=kept).inc()
+    if memory and kept != pausekeeps.KEPT_MEMORY:
+        logger.info(
+            "sandbox %s: pause asked to keep memory; %s kept (--pause-keeps-memory is off)",
             record.sandbox_id,
-            "its files are" if kept == KEPT_FILES else "only its volumes are",
+            "its files are" if kept == pausekeeps.KEPT_FILES else "only its volumes are",
         )
-    return Response(status_code=204, headers={KEPT_HEADER: kept})
+    return Response(status_code=204, headers={pausekeeps.KEPT_HEADER: kept})
 
 
-async def suspend_sandbox(state: GatewayState, record: SandboxRecord, sandbox: Obj) -> None:
+async def suspend_sandbox(
+    state: GatewayState, record: SandboxRecord, sandbox: Obj, *, memory: bool
+) -> None:
     """Suspend the bound ``sandbox`` and drop its E2B deadline (pause; the console's suspend).
+
+    Args:
+        state: The gateway.
+        record: The sandbox's record.
+        sandbox: Its Sandbox.
+        memory: Keep the memory too, where the options allow (pause's ``memory``).
 
     Raises:
         ApiError: a write failed.
     """
     annotations: dict[str, str | None] = {c.ANNOTATION_PAUSE_AT: None}
-    if state.options.pause_keeps_filesystem:
-        # in the suspend's own write: sandboxes created before the option get it too
-        annotations[keepstate.ANNOTATION_SNAPSHOT_ON_SUSPEND] = keepstate.MODE_FILESYSTEM
+    # in the suspend's own write: sandboxes created before the options get them too
+    annotations.update(pausekeeps.opt_in(state.options, memory=memory))
     await state.api.patch(
         SANDBOXES,
         record.namespace,

@@ -57,6 +57,8 @@ class CreateRequest:
         template_id: the E2B template (a warm pool or template name).
         timeout: sandbox lifetime in seconds.
         auto_pause: on timeout pause instead of kill.
+        auto_pause_memory: that pause keeps the memory too (``autoPauseMemory``, E2B's default
+            true), where the gateway's ``--pause-keeps-memory`` allows.
         auto_resume: the gateway may resume it on traffic.
         metadata: user metadata, reserved keys removed.
         env_vars: environment for the daemon's processes (never stored on objects).
@@ -68,6 +70,7 @@ class CreateRequest:
     template_id: str
     timeout: int
     auto_pause: bool = False
+    auto_pause_memory: bool = True
     auto_resume: bool = False
     metadata: dict[str, str] = field(default_factory=dict)
     env_vars: dict[str, str] = field(default_factory=dict)
@@ -139,6 +142,9 @@ def parse_create(body: Any, *, default_timeout: int) -> CreateRequest:
     auto_pause = body.get("autoPause", False)
     if not isinstance(auto_pause, bool):
         raise BadRequest("autoPause must be a boolean")
+    auto_pause_memory = body.get("autoPauseMemory", True)
+    if not isinstance(auto_pause_memory, bool):
+        raise BadRequest("autoPauseMemory must be a boolean")
     auto_resume_obj = body.get("autoResume")
     auto_resume = False
     if auto_resume_obj is not None:
@@ -165,6 +171,7 @@ def parse_create(body: Any, *, default_timeout: int) -> CreateRequest:
         template_id=template,
         timeout=timeout,
         auto_pause=auto_pause,
+        auto_pause_memory=auto_pause_memory,
         auto_resume=auto_resume,
         metadata=metadata,
         env_vars=env_vars,
