@@ -5,7 +5,9 @@ runs the plain Python image (``sleep infinity``, no ``sandboxd``); its template 
 ``kube-agent-sandbox.io/envd: exec``, so the gateway serves the envd calls of the unmodified
 ``e2b`` SDK over the Kubernetes exec API (WebSocket ``v5.channel.k8s.io`` through the
 apiserver). The gateway runs on the host as a ServiceAccount bound only to its generated
-ClusterRole, which must therefore allow ``pods/exec``.
+ClusterRole, which must therefore allow ``pods/exec``. A second replica (the same HMAC secret,
+as the Deployment's replicas share one) takes the stdin, PTY input and resizes of commands the
+first one started: they go through a FIFO in the container, not the first replica's memory.
 """
 
 from __future__ import annotations
@@ -61,16 +63,25 @@ def gateway(
     python_image: str,
     tmp_path: Path,
 ) -> dict[str, str]:
-    """A warm template without a daemon, the gateway (its generated RBAC) and a tenant key."""
+    """A warm template without a daemon, two gateway replicas (their generated RBAC, one HMAC
+    secret) and a tenant key."""
     cluster.apply(
         warm_template(TEMPLATE, template_spec=_template_spec(python_image)), namespace=namespace
     )
     _process, url = start_gateway(
         controller_runner, namespace=namespace, workdir=tmp_path, watch_namespace=namespace
     )
+    _second, second_url = start_gateway(
+        controller_runner,
+        namespace=namespace,
+        workdir=tmp_path,
+        watch_namespace=namespace,
+        name="gateway-2",
+        secret_file=tmp_path / "hmac-key",
+    )
     key = create_key(cluster.kubeconfig, namespace, gateway_namespace=namespace)
     wait_warm_pool_ready(cluster, TEMPLATE, namespace=namespace, timeout=240)
-    return {"url": url, "key": key}
+    return {"url": url, "second_url": second_url, "key": key}
 
 
 def test_e2b_sdk_commands_and_files_over_pods_exec(
@@ -125,5 +136,36 @@ def test_e2b_sdk_commands_and_files_over_pods_exec(
             write_seconds,
             read_seconds,
         )
+    finally:
+        assert sandbox.kill() is True
+
+
+def test_stdin_and_a_pty_through_another_gateway_replica(gateway: dict[str, str]) -> None:
+    """Started through replica one; input, EOF and resizes through replica two."""
+    one = {"api_url": gateway["url"], "sandbox_url": gateway["url"], "api_key": gateway["key"]}
+    two = {
+        "api_url": gateway["second_url"],
+        "sandbox_url": gateway["second_url"],
+        "api_key": gateway["key"],
+    }
+    sandbox = e2b.Sandbox.create(template=TEMPLATE, timeout=120, **one)
+    try:
+        other = e2b.Sandbox.connect(sandbox.sandbox_id, **two)
+        handle = sandbox.commands.run("cat; echo done", background=True, stdin=True)
+        other.commands.send_stdin(handle.pid, "through replica two, ")
+        sandbox.commands.send_stdin(handle.pid, "and one\n")
+        other.commands.close_stdin(handle.pid)
+        assert handle.wait().stdout == "through replica two, and one\ndone\n"
+        with pytest.raises(e2b.NotFoundException):
+            other.commands.send_stdin(handle.pid, "late")
+
+        terminal = sandbox.pty.create(e2b.PtySize(rows=24, cols=80))
+        other.pty.resize(terminal.pid, e2b.PtySize(rows=33, cols=99))
+        other.pty.send_stdin(terminal.pid, b"stty size; exit 3\n")
+        seen = bytearray()
+        with pytest.raises(e2b.CommandExitException) as ended:
+            terminal.wait(on_pty=seen.extend)
+        assert ended.value.exit_code == 3
+        assert b"33 99" in seen
     finally:
         assert sandbox.kill() is True

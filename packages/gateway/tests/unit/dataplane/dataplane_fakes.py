@@ -404,11 +404,24 @@ class LocalExec:
             await stream.close()
 
     async def run(
-        self, namespace: str, pod: str, argv: list[str], *, container: str | None = None
+        self,
+        namespace: str,
+        pod: str,
+        argv: list[str],
+        *,
+        container: str | None = None,
+        stdin: bytes | None = None,
     ) -> LocalOutput:
         out: list[bytes] = []
         err: list[bytes] = []
-        async with self.open(namespace, pod, argv, container=container) as stream:
+        async with self.open(
+            namespace, pod, argv, container=container, stdin=stdin is not None
+        ) as stream:
+            # A command may end without reading its stdin (the kubelet drops it then too).
+            with contextlib.suppress(ConnectionError):
+                if stdin is not None:
+                    await stream.write(stdin)
+                    await stream.close_stdin()
             while (chunk := await stream.read()) is not None:
                 (out if chunk[0] == 1 else err).append(chunk[1])
         return LocalOutput(

@@ -38,7 +38,7 @@ from e2b import (
 from packaging.version import Version
 
 from kube_agent_sandbox.gateway.daemon_client import ENVD_VERSION
-from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback, _Stdin
+from kube_agent_sandbox.gateway.dataplane.execfallback import ExecFallback
 from kube_agent_sandbox.gateway.dataplane.execscripts import SIGNAL_TREE, parse_listing, start_argv
 from kube_agent_sandbox.gateway.dataplane.execwire import envelope, read_envelopes
 from kube_agent_sandbox.gateway.dataplane.router import DataPlane
@@ -462,7 +462,6 @@ async def test_sigterm_and_bad_process_requests(gateway_url: str, home: Path) ->
                 "not a PTY",
             ),
             ("CloseStdin", {"process": {"pid": 5}}, 404, "not found"),
-            ("StreamInput", {}, 501, "not available"),
         ]
         for method, body, status, text in expectations:
             response = await call(method, body)
@@ -477,39 +476,6 @@ def _first_message(raw: bytes) -> dict[str, Any] | None:
         return None
     message: dict[str, Any] = json.loads(raw[5 : 5 + size])
     return message
-
-
-async def test_stdin_of_a_command_whose_exec_connection_closed_is_not_found(home: Path) -> None:
-    class Closed:
-        can_close_stdin = False
-
-        async def write(self, data: bytes) -> None:
-            raise ConnectionResetError("Cannot write to closing transport")
-
-    fallback = ExecFallback(None, pod_exec=LocalExec(str(home)))
-    fallback.stdin[("tenant-a", SANDBOX_ID, 4242)] = _Stdin(Closed())  # type: ignore[arg-type]
-    state = State()
-    state.index.records[SANDBOX_ID] = make_record(annotations=EXEC)
-    plane = DataPlane(state, exec_fallback=fallback)
-    headers = {
-        "E2b-Sandbox-Id": SANDBOX_ID,
-        "E2b-Sandbox-Port": "49983",
-        "X-Access-Token": ENVD_TOKEN,
-    }
-    transport = httpx.ASGITransport(app=plane)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
-        sent = await client.post(
-            "/process.Process/SendInput",
-            headers=headers,
-            json={"process": {"pid": 4242}, "input": {"stdin": "eA=="}},
-        )
-        closed = await client.post(
-            "/process.Process/CloseStdin", headers=headers, json={"process": {"pid": 4242}}
-        )
-    assert sent.status_code == 404
-    assert sent.json() == {"code": "not_found", "message": "process with pid 4242 has ended"}
-    assert closed.status_code == 501
-    assert "v5 exec protocol" in closed.json()["message"]
 
 
 async def test_files_compose_concatenates_parts(gateway_url: str, home: Path) -> None:
@@ -565,3 +531,114 @@ async def test_files_compose_concatenates_parts(gateway_url: str, home: Path) ->
             assert text in response.json()["message"], (body, response.text)
         assert (home / "keep").read_bytes() == b"k"  # nothing was consumed by a refused call
         assert not (home / "x").exists()
+
+
+@pytest.fixture
+async def second_replica(local_exec: LocalExec, gateway_url: str) -> AsyncIterator[AsyncSandbox]:
+    """A second gateway replica (its own exec fallback) in front of the same container."""
+    state = State()
+    state.index.records[SANDBOX_ID] = make_record(annotations=EXEC)
+    plane = DataPlane(state, exec_fallback=ExecFallback(None, pod_exec=local_exec))
+    async with serve(plane) as port:
+        headers = {
+            "E2b-Sandbox-Id": SANDBOX_ID,
+            "E2b-Sandbox-Port": "49983",
+            "X-Access-Token": ENVD_TOKEN,
+        }
+        config = ConnectionConfig(
+            api_key="e2b_" + "0" * 40,
+            sandbox_url=f"http://127.0.0.1:{port}",
+            extra_sandbox_headers=headers,
+            request_timeout=30,
+        )
+        yield AsyncSandbox(
+            sandbox_id=SANDBOX_ID,
+            sandbox_domain=None,
+            envd_version=Version(ENVD_VERSION),
+            envd_access_token=ENVD_TOKEN,
+            traffic_access_token=None,
+            connection_config=config,
+        )
+    await plane.aclose()
+
+
+async def test_stdin_reaches_a_command_through_another_replica(
+    sandbox: AsyncSandbox, second_replica: AsyncSandbox
+) -> None:
+    handle = await sandbox.commands.run("cat; echo done", background=True, stdin=True)
+    await second_replica.commands.send_stdin(handle.pid, "from two, ")
+    await sandbox.commands.send_stdin(handle.pid, "from one\n")
+    await second_replica.commands.close_stdin(handle.pid)
+    result = await handle.wait()
+    assert result.stdout == "from two, from one\ndone\n"
+    with pytest.raises(NotFoundException, match="not found"):
+        await second_replica.commands.send_stdin(handle.pid, "late")
+    fifo_dir = f"/tmp/.agent-sandbox-exec/{handle.pid}"
+    assert not await asyncio.to_thread(os.path.exists, fifo_dir)  # the FIFO went with it
+
+
+async def test_a_pty_types_and_resizes_through_another_replica(
+    sandbox: AsyncSandbox, second_replica: AsyncSandbox
+) -> None:
+    seen = bytearray()
+    terminal = await sandbox.pty.create(PtySize(rows=24, cols=80), on_data=seen.extend)
+    await second_replica.pty.resize(terminal.pid, PtySize(rows=33, cols=99))
+    await second_replica.pty.send_stdin(terminal.pid, b"stty size\n")
+    await eventually(lambda: b"33 99" in seen, within=15)
+    with pytest.raises(InvalidArgumentException, match="is a PTY"):
+        await second_replica.commands.send_stdin(terminal.pid, "x")
+    await second_replica.pty.send_stdin(terminal.pid, b"exit 5\n")
+    with pytest.raises(CommandExitException) as ended:
+        await terminal.wait()
+    assert ended.value.exit_code == 5
+    # Its exec streams are gone (the local stand-in kills the relay): the holder cleans up.
+    fifo_dir = f"/tmp/.agent-sandbox-exec/{terminal.pid}"
+    await eventually(lambda: not os.path.exists(fifo_dir), within=10)
+
+
+async def test_stream_input_writes_each_message_through_any_replica(
+    sandbox: AsyncSandbox, second_replica: AsyncSandbox
+) -> None:
+    url = second_replica.envd_api_url
+    handle = await sandbox.commands.run("cat; echo done", background=True, stdin=True)
+    headers = {
+        "E2b-Sandbox-Id": SANDBOX_ID,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": ENVD_TOKEN,
+        "Content-Type": "application/connect+json",
+    }
+
+    def data(text: bytes) -> bytes:
+        return envelope({"data": {"input": {"stdin": base64.b64encode(text).decode()}}})
+
+    async def body() -> AsyncIterator[bytes]:
+        yield envelope({"start": {"process": {"pid": handle.pid}}}) + data(b"one ")
+        frame = envelope({"keepalive": {}}) + data(b"two\n")
+        yield frame[:7]  # a frame split across chunks
+        yield frame[7:]
+
+    async with httpx.AsyncClient(base_url=url, timeout=20) as client:
+        sent = await client.post("/process.Process/StreamInput", headers=headers, content=body())
+        if sent.content != envelope({}) + envelope({}, end=True):
+            await handle.kill()  # (the stream of a command left running never ends)
+        assert sent.status_code == 200
+        assert read_envelopes(sent.content) == [{}]
+        await second_replica.commands.close_stdin(handle.pid)
+        assert (await handle.wait()).stdout == "one two\ndone\n"
+
+        expectations = [
+            (data(b"x"), "invalid_argument", "the first message must be start"),
+            (envelope({"keepalive": {}}), "invalid_argument", "no start message"),
+            (envelope({"nope": {}}), "invalid_argument", "unknown StreamInput message"),
+            (envelope({"start": {"process": {"pid": handle.pid}}}) + data(b"x"), "not_found", ""),
+            (envelope({"start": {}})[:-1], "invalid_argument", "truncated"),
+        ]
+        for content, code, text in expectations:
+            answer = await client.post(
+                "/process.Process/StreamInput", headers=headers, content=content
+            )
+            assert answer.status_code == 200, answer.text
+            end = json.loads(answer.content[5:])
+            assert answer.content[0] == 2
+            assert end["error"]["code"] == code, (content, end)
+            assert text in end["error"]["message"], (content, end)

@@ -222,6 +222,7 @@ def start_gateway(
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     tenants: Sequence[str] | None = None,
+    secret_file: Path | None = None,
 ) -> tuple[ManagedProcess, str]:
     """``agent-sandbox-gateway serve`` as its generated RBAC, once ``/health`` answers.
 
@@ -240,12 +241,14 @@ def start_gateway(
         extra_args: More ``serve`` flags (e.g. ``--enable-tracing``).
         env: Extra environment variables (e.g. the ``OTEL_EXPORTER_OTLP_*`` ones).
         tenants: Existing tenant namespaces the tenant role is bound in; ``namespace`` if None.
+        secret_file: An HMAC secret file to share (replicas of one gateway); a fresh one in
+            ``workdir`` if None.
 
     Returns:
         The process and the gateway's URL.
     """
     identity = gateway_identity(runner, namespace=namespace, tenants=tenants)
-    secret_file = write_hmac_secret(workdir / "hmac-key")
+    secret_file = secret_file or write_hmac_secret(workdir / "hmac-key")
     port = free_port()
     argv = gateway_argv(
         port=port,

@@ -12,18 +12,20 @@ envd's wire shapes from :mod:`.execwire`):
   file`` with stdin closed through v5's close channel, streamed from the request;
 - ``POST /files/compose`` → ``cat`` of the sources into a temporary file, ``mv`` over the
   destination, ``rm`` of the sources;
-- ``process.Process/Start`` with ``stdin: true`` keeps the exec stream's stdin open:
-  ``SendInput`` writes to it and ``CloseStdin`` closes it (v5), for commands this gateway
-  replica started; ``process.Process/SendSignal`` → ``kill`` of the PID and its descendants;
+- ``process.Process/Start`` with ``stdin: true`` keeps the exec stream's stdin open and feeds
+  it from a FIFO in the container (:mod:`.execinput`): ``SendInput`` and each data message of
+  ``StreamInput`` write to the FIFO, ``CloseStdin`` ends it (stdin closed through v5), from any
+  gateway replica; ``process.Process/SendSignal`` → ``kill`` of the PID and its descendants;
 - ``process.Process/Start`` with ``pty`` runs the command on the exec API's terminal
-  (``tty=true``, its size set through the resize channel): output as ``pty`` data,
-  ``SendInput`` with ``input.pty`` types into it, ``Update`` resizes it (same replica);
+  (``tty=true``, its first size set through the resize channel): output as ``pty`` data,
+  ``SendInput`` with ``input.pty`` types into it through the same FIFO, ``Update`` resizes it
+  with ``stty`` on the terminal (the kernel sends SIGWINCH), from any gateway replica;
 - ``filesystem.Filesystem/{Stat, ListDir, MakeDir, Remove, Move}`` → ``stat``/``find``/
   ``mkdir``/``rm``/``mv``.
 
 Limits (documented): every call costs an apiserver and kubelet round trip; commands run as the
-container's user (``username`` is ignored); stdin only reaches commands started through the
-same gateway replica (PTYs too); no ``StreamInput``, reattach, watch or port forwarding. A client
+container's user (``username`` is ignored); stdin and PTYs need ``mkfifo``, ``head`` and
+``stty -F`` in the image and a writable ``/tmp``; no reattach, watch or port forwarding. A client
 that disconnects from a running command has it killed.
 """
 
@@ -36,13 +38,14 @@ import json
 import logging
 import posixpath
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from starlette.responses import Response
 
 from kube_agent_sandbox.controller.runtime import ClusterConfig
+from kube_agent_sandbox.gateway.dataplane import execinput
 from kube_agent_sandbox.gateway.dataplane import execscripts as scripts
 from kube_agent_sandbox.gateway.dataplane.execwire import (
     CONNECT_STATUS,
@@ -55,6 +58,7 @@ from kube_agent_sandbox.gateway.dataplane.execwire import (
     read_body,
     read_envelopes,
     rest_error,
+    take_envelopes,
 )
 from kube_agent_sandbox.gateway.dataplane.interfaces import (
     CommandOutput,
@@ -105,8 +109,6 @@ class ExecFallback:
                 raise ValueError("the exec fallback needs a client with a cluster config")
             pod_exec = PodExec(config)
         self.pod_exec = pod_exec
-        # Commands started with stdin, by (namespace, pod, PID): SendInput and CloseStdin.
-        self.stdin: dict[tuple[str, str, int], _Stdin] = {}
 
     async def aclose(self) -> None:
         """Close the exec connection pool."""
@@ -148,6 +150,8 @@ class ExecFallback:
             elif path == "/process.Process/List" and method == "POST":
                 await read_body(receive, MAX_RPC_BODY)
                 response = Response(b"{}", media_type="application/json")
+            elif path == "/process.Process/StreamInput" and method == "POST":
+                response = await self._stream_input(target, scope, receive)
             elif path in STDIN_METHODS and method == "POST":
                 response = await self._stdin(target, path.rsplit("/", 1)[1], receive)
             elif path == "/process.Process/Update" and method == "POST":
@@ -375,15 +379,18 @@ class ExecFallback:
         interval = KEEPALIVE_SECONDS
         with contextlib.suppress(ValueError):
             interval = max(1.0, float(header(scope, b"keepalive-ping-interval") or interval))
-        keys: list[tuple[str, str, int]] = []
+        async with (
+            contextlib.AsyncExitStack() as relays,
+            target.open(argv, stdin=stdin, tty=size is not None) as stream,
+        ):
 
-        def started(pid: int) -> None:
-            if stdin and pid > 0:
-                key = (target.namespace, target.pod, pid)
-                self.stdin[key] = _Stdin(stream, tty=size is not None)
-                keys.append(key)
+            async def started(pid: int) -> None:
+                # Before the client learns the PID: its input may come through any replica.
+                if stdin and pid > 0:
+                    await relays.enter_async_context(
+                        execinput.relay(target, stream, pid, tty=size is not None)
+                    )
 
-        async with target.open(argv, stdin=stdin, tty=size is not None) as stream:
             if size is not None:
                 await stream.resize(*size)
             await send(
@@ -406,10 +413,6 @@ class ExecFallback:
                     tty=size is not None,
                 )
             finally:
-                for key in keys:
-                    entry = self.stdin.get(key)
-                    if entry is not None and entry.stream is stream:
-                        del self.stdin[key]
                 if on_stream is not None:
                     on_stream(False)
         return None
@@ -426,79 +429,70 @@ class ExecFallback:
             raise ExecFailure("invalid_argument", "invalid JSON request") from err
         if not isinstance(request, dict):
             raise ExecFailure("invalid_argument", "invalid JSON request")
-        selector = request.get("process")
-        if not isinstance(selector, dict) or "pid" not in selector:
-            if isinstance(selector, dict) and "tag" in selector:
-                raise ExecFailure(
-                    "unimplemented", "selecting a process by tag needs sandboxd in the image"
-                )
-            raise ExecFailure("invalid_argument", "process.pid is required")
-        pid = selector["pid"]
-        if isinstance(pid, str) and pid.isdigit():
-            pid = int(pid)
-        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-            raise ExecFailure("invalid_argument", f"invalid process.pid {pid!r}")
-        return request, pid
+        return request, _pid_of(request)
 
     async def _stdin(self, target: _Target, method: str, receive: Receive) -> Response:
+        """``SendInput`` and ``CloseStdin`` through the command's FIFO (:mod:`.execinput`)."""
         request, pid = await self._process_request(receive)
-        data = b""
-        field = "stdin"
-        if method == "SendInput":
-            given = request.get("input")
-            field = "pty" if isinstance(given, dict) and "pty" in given else "stdin"
-            if not isinstance(given, dict) or not isinstance(given.get(field, ""), str):
-                raise ExecFailure("invalid_argument", "input.stdin (base64) is required")
-            try:
-                data = base64.b64decode(given.get(field, ""), validate=True)
-            except ValueError as err:
-                raise ExecFailure("invalid_argument", f"input.{field} is not base64") from err
-        entry = self.stdin.get((target.namespace, target.pod, pid))
-        if entry is None:
-            raise ExecFailure(
-                "not_found",
-                f"process with pid {pid} not found, or not started with stdin through this "
-                "gateway replica (stdin without sandboxd only reaches those)",
-            )
-        if (field == "pty") != entry.tty:
-            kind, wanted = ("a PTY", "pty") if entry.tty else ("not a PTY", "stdin")
-            raise ExecFailure(
-                "invalid_argument", f"process with pid {pid} is {kind}: send input.{wanted}"
-            )
-        stream = entry.stream
-        if method == "CloseStdin" and not stream.can_close_stdin:
-            raise ExecFailure(
-                "unimplemented", "closing stdin needs the v5 exec protocol (Kubernetes >= 1.30)"
-            )
-        async with entry.lock:  # one call's bytes are never interleaved with another's
-            try:
-                if method == "CloseStdin":
-                    await stream.close_stdin()
-                elif data:
-                    await stream.write(data)
-            except Exception as err:  # the exec connection closed under us: the command ended
-                logger.debug("stdin of pid %s in %s/%s: %s", pid, target.namespace, target.pod, err)
-                raise ExecFailure("not_found", f"process with pid {pid} has ended") from err
+        if method == "CloseStdin":
+            await execinput.close_input(target, pid)
+        else:
+            kind, data = _input_of(request.get("input"))
+            await execinput.send_input(target, pid, kind, data)
         return Response(b"{}", media_type="application/json")
 
+    async def _stream_input(self, target: _Target, scope: Scope, receive: Receive) -> Response:
+        """``StreamInput``: ``start{process}``, then ``data{input}`` and ``keepalive`` messages,
+        each data message written through the FIFO as it arrives."""
+        if not header(scope, b"content-type").startswith("application/connect+json"):
+            return connect_error(
+                "invalid_argument", "StreamInput is a streaming call (connect+json)"
+            )
+        pid: int | None = None
+        pending = b""
+        try:
+            async for chunk in body_chunks(receive):
+                pending += chunk
+                try:
+                    messages, pending = take_envelopes(pending, limit=MAX_RPC_BODY)
+                except ValueError as err:
+                    raise ExecFailure(
+                        "invalid_argument", f"invalid StreamInput message: {err}"
+                    ) from err
+                for message in messages:
+                    if "start" in message:
+                        if pid is not None:
+                            raise ExecFailure("invalid_argument", "the stream was already started")
+                        start = message["start"]
+                        pid = _pid_of(start if isinstance(start, dict) else {})
+                    elif "data" in message:
+                        if pid is None:
+                            raise ExecFailure("invalid_argument", "the first message must be start")
+                        data = message["data"]
+                        kind, payload = _input_of(
+                            data.get("input") if isinstance(data, dict) else None
+                        )
+                        await execinput.send_input(target, pid, kind, payload)
+                    elif "keepalive" not in message:
+                        raise ExecFailure("invalid_argument", "unknown StreamInput message")
+            if pending:
+                raise ExecFailure("invalid_argument", "invalid StreamInput message: truncated")
+            if pid is None:
+                raise ExecFailure("invalid_argument", "the stream had no start message")
+        except ExecFailure as failure:
+            error = {"code": failure.code, "message": failure.message}
+            body = envelope({"error": error}, end=True)
+        else:
+            body = envelope({}) + envelope({}, end=True)
+        return Response(body, media_type="application/connect+json")
+
     async def _update(self, target: _Target, receive: Receive) -> Response:
-        """``Update``: resize the terminal of a PTY this gateway replica started."""
+        """``Update``: resize the terminal of a PTY started through any gateway replica."""
         request, pid = await self._process_request(receive)
         if not request.get("pty"):
             raise ExecFailure("invalid_argument", "pty.size is required")
-        size = _pty_size(request["pty"])
-        entry = self.stdin.get((target.namespace, target.pod, pid))
-        if entry is None or not entry.tty:
-            raise ExecFailure(
-                "not_found",
-                f"process with pid {pid} not found, or not a PTY started through this gateway "
-                "replica (PTYs without sandboxd only reach those)",
-            )
-        async with entry.lock:
-            try:
-                await entry.stream.resize(*size)
-            except Exception as err:  # the exec connection closed under us: the PTY ended
-                raise ExecFailure("not_found", f"process with pid {pid} has ended") from err
+        cols, rows = _pty_size(request["pty"])
+        await execinput.resize_pty(target, pid, cols, rows)
         return Response(b"{}", media_type="application/json")
 
     async def _signal(self, target: _Target, receive: Receive) -> Response:
@@ -538,20 +532,48 @@ class _Target:
             self.namespace, self.pod, argv, container=self.container, stdin=stdin, tty=tty
         )
 
-    async def run(self, argv: list[str]) -> CommandOutput:
+    async def run(self, argv: list[str], *, stdin: bytes | None = None) -> CommandOutput:
         if not self.pod:
             raise PodExecError("the sandbox has no pod")
-        return await self.pod_exec.run(self.namespace, self.pod, argv, container=self.container)
+        return await self.pod_exec.run(
+            self.namespace, self.pod, argv, container=self.container, stdin=stdin
+        )
 
 
-class _Stdin:
-    """The stdin of a command started with ``stdin: true`` or a PTY (``tty``); writes and
-    resizes go one call at a time."""
+def _pid_of(request: dict[str, Any]) -> int:
+    """The PID a request's ``process`` selector names.
 
-    def __init__(self, stream: CommandStream, *, tty: bool = False) -> None:
-        self.stream = stream
-        self.tty = tty
-        self.lock = asyncio.Lock()
+    Raises:
+        ExecFailure: no selector, a selector without a PID (tags need sandboxd), a bad PID.
+    """
+    selector = request.get("process")
+    if not isinstance(selector, dict) or "pid" not in selector:
+        if isinstance(selector, dict) and "tag" in selector:
+            raise ExecFailure(
+                "unimplemented", "selecting a process by tag needs sandboxd in the image"
+            )
+        raise ExecFailure("invalid_argument", "process.pid is required")
+    pid = selector["pid"]
+    if isinstance(pid, str) and pid.isdigit():
+        pid = int(pid)
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        raise ExecFailure("invalid_argument", f"invalid process.pid {pid!r}")
+    return pid
+
+
+def _input_of(given: Any) -> tuple[str, bytes]:
+    """``(kind, bytes)`` of a ``ProcessInput`` (``{"stdin": b64}`` or ``{"pty": b64}``).
+
+    Raises:
+        ExecFailure: neither field, or not base64.
+    """
+    field = "pty" if isinstance(given, dict) and "pty" in given else "stdin"
+    if not isinstance(given, dict) or not isinstance(given.get(field, ""), str):
+        raise ExecFailure("invalid_argument", "input.stdin (base64) is required")
+    try:
+        return field, base64.b64decode(given.get(field, ""), validate=True)
+    except ValueError as err:
+        raise ExecFailure("invalid_argument", f"input.{field} is not base64") from err
 
 
 def _pty_size(pty: Any) -> tuple[int, int]:
@@ -637,7 +659,7 @@ async def _relay_process(
     *,
     interval: float,
     target: _Target,
-    on_start: Callable[[int], None] | None = None,
+    on_start: Callable[[int], Awaitable[None]] | None = None,
     tty: bool = False,
 ) -> None:
     # The wrapper prints the PID first on stderr, which a terminal merges into stdout.
@@ -660,7 +682,7 @@ async def _relay_process(
                     started = True
                     pid = int(pid_prefix.pid) if pid_prefix.pid.isdigit() else 0
                     if on_start is not None:
-                        on_start(pid)
+                        await on_start(pid)
                     await frame({"event": {"start": {"pid": pid}}})
                 if not payload:
                     continue

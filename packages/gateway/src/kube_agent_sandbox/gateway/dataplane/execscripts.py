@@ -20,6 +20,8 @@ IS_A_DIRECTORY = 47
 NOT_A_REGULAR_FILE = 48
 SAME_FILE = 49
 SOURCE_IS_A_DIRECTORY = 50
+STDIN_CLOSED = 51
+WRONG_INPUT_KIND = 52
 
 _PRELUDE = (
     'cd 2>/dev/null || cd /; printf "P|%s\\n" "$PWD"; '
@@ -104,6 +106,50 @@ SIGNAL_TREE = (
 descendants: each is stopped before its children are looked up (by parent PID in ``/proc``), so
 none can fork or carry on unseen; then all get the signal together and are continued (a
 ``TERM`` reaches its handlers). Exits ``NOT_FOUND`` when the PID does not exist."""
+
+
+INPUT_DIR = "/tmp/.agent-sandbox-exec"
+"""Where a command's stdin FIFO lives: ``INPUT_DIR/<pid>/in`` (mode 0700 folders)."""
+
+_INPUT = f'd={INPUT_DIR}/$1; [ -p "$d/in" ] && kill -0 "$1" 2>/dev/null || exit {NOT_FOUND}; '
+
+RELAY_INPUT = (
+    f'b={INPUT_DIR}; d=$b/$1; mkdir -p -m 0700 "$b" && rm -rf -- "$d" && mkdir -m 0700 "$d" '
+    '&& mkfifo -m 0600 "$d/in" && echo "$2" > "$d/kind" || exit 1; '
+    'sh -c \'exec 3<>"$2/in"; '
+    'while kill -0 "$1" 2>/dev/null && [ ! -e "$2/closed" ]; do sleep 1 3>&-; done; '
+    'kill -0 "$1" 2>/dev/null || rm -rf -- "$2"\' '
+    'sh "$1" "$d" </dev/null >/dev/null 2>&1 & '
+    'echo "$!" > "$d/holder"; echo ready >&2; cat "$d/in"; rm -rf -- "$d"'
+)
+"""``$1``: PID of a command started with stdin, ``$2``: ``stdin`` or ``pty``. Runs beside the
+command on the gateway replica that started it: makes the FIFO ``$d/in``, starts its holder
+(keeps the FIFO open for writing, so ``cat`` sees no EOF between two writers and writers never
+block on an absent reader; it ends when ``closed`` appears or when the command ends, then
+removing the folder too in case the relay is gone), prints
+``ready`` on stderr, then copies the FIFO to stdout (the replica writes it to the command's
+stdin) until every writer is gone, and removes the folder."""
+
+SEND_INPUT = _INPUT + (
+    f'[ -e "$d/closed" ] && exit {STDIN_CLOSED}; read -r k < "$d/kind"; '
+    f'[ "$k" = "$2" ] || {{ printf %s "$k"; exit {WRONG_INPUT_KIND}; }}; '
+    't=$d/.in.$$; head -c "$3" > "$t" && wc -c < "$t" && cat "$t" 1<>"$d/in"; '
+    'r=$?; rm -f -- "$t"; exit "$r"'
+)
+"""``$1``: PID, ``$2``: ``stdin`` or ``pty``, ``$3``: byte count; the bytes on stdin. Prints how
+many of them arrived (the kubelet may drop the tail of stdin when the stream closes) after
+writing those to the FIFO; it opens the FIFO read-write so the open never blocks. Exits
+``WRONG_INPUT_KIND`` printing the command's kind when ``$2`` is not it."""
+
+CLOSE_INPUT = _INPUT + (': > "$d/closed"; read -r h < "$d/holder" && kill "$h" 2>/dev/null; true')
+"""``$1``: PID. Ends the holder: the command sees EOF once the writers still running finish."""
+
+RESIZE_PTY = _INPUT + (
+    f'read -r k < "$d/kind"; [ "$k" = pty ] || exit {NOT_FOUND}; '
+    'stty -F "/proc/$1/fd/0" rows "$2" cols "$3"'
+)
+"""``$1``: PID of a PTY, ``$2``: rows, ``$3``: columns. Sets the size of the terminal on the
+command's stdin; the kernel sends SIGWINCH to the terminal's foreground process group."""
 
 
 def sh(script: str, *args: str) -> list[str]:

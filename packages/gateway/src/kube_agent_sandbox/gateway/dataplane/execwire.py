@@ -23,6 +23,7 @@ CONNECT_STATUS = {
     "permission_denied": 403,
     "not_found": 404,
     "already_exists": 409,
+    "failed_precondition": 400,
     "internal": 500,
     "unimplemented": 501,
     "unavailable": 503,
@@ -62,23 +63,41 @@ def read_envelopes(body: bytes) -> list[dict[str, Any]]:
     Raises:
         ValueError: on a truncated frame, compressed frame or non-object JSON.
     """
+    messages, rest = take_envelopes(body)
+    if rest:
+        raise ValueError("truncated Connect frame")
+    return messages
+
+
+def take_envelopes(
+    buffer: bytes, *, limit: int | None = None
+) -> tuple[list[dict[str, Any]], bytes]:
+    """The whole frames at the start of ``buffer`` (their messages) and the bytes after them.
+
+    Args:
+        buffer: bytes of a Connect stream received so far.
+        limit: the largest message accepted.
+
+    Raises:
+        ValueError: on a compressed frame, a frame over ``limit`` or non-object JSON.
+    """
     messages: list[dict[str, Any]] = []
-    view = body
-    while view:
-        if len(view) < 5:
-            raise ValueError("truncated Connect frame")
+    view = buffer
+    while len(view) >= 5:
         flags, size = view[0], int.from_bytes(view[1:5], "big")
         if flags & 0x01:
             raise ValueError("compressed Connect frames are not supported")
+        if limit is not None and size > limit:
+            raise ValueError(f"a Connect message is over {limit} bytes")
         if len(view) < 5 + size:
-            raise ValueError("truncated Connect frame")
+            break
         decoded = json.loads(view[5 : 5 + size] or b"{}")
         if not isinstance(decoded, dict):
             raise ValueError("a Connect message must be a JSON object")
         if not flags & 0x02:
             messages.append(decoded)
         view = view[5 + size :]
-    return messages
+    return messages, bytes(view)
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:

@@ -227,9 +227,16 @@ class PodCommands(Protocol):
         ...
 
     async def run(
-        self, namespace: str, pod: str, command: Sequence[str], *, container: str | None = None
+        self,
+        namespace: str,
+        pod: str,
+        command: Sequence[str],
+        *,
+        container: str | None = None,
+        stdin: bytes | None = None,
     ) -> CommandOutput:
-        """Run ``command`` to completion and collect its output."""
+        """Run ``command`` to completion and collect its output (``stdin`` written to it, then
+        closed)."""
         ...
 
     async def aclose(self) -> None:
