@@ -41,7 +41,9 @@ MCP = "mcp"
 """What an MCP tool call adds to the SDK or gateway call it wraps (stdio and HTTP)."""
 SNAPSHOTS = "snapshots"
 """Filesystem snapshot and start-from-snapshot times on the real node (root; named only)."""
-OURS_ONLY = (GATEWAY, CLI, MCP, SNAPSHOTS, "cache-memory", "latency", "scale")
+PAUSE = "pause-resume"
+"""Pause, resume and create-from-snapshot through the controller on the real node (root)."""
+OURS_ONLY = (GATEWAY, CLI, MCP, SNAPSHOTS, PAUSE, "cache-memory", "latency", "scale")
 """Scenarios of this project alone (the gateway, the CLI, snapshots, the older benchmarks)."""
 NAMES = COMPARABLE + OURS_ONLY
 DEFAULT = (*COMPARABLE, GATEWAY, CLI, MCP)
@@ -69,6 +71,9 @@ QUICK = {
     "cli_runs": 5,
     "mcp_calls": 10,
     "snapshot_sizes": "10",
+    "pause_sizes": "10",
+    "pause_memory_mib": 50,
+    "pause_repeats": 1,
 }
 """``--quick`` sizes: every scenario on a handful of objects, minutes in all."""
 
@@ -153,6 +158,19 @@ def _parser() -> argparse.ArgumentParser:
         default="10,500",
         help="snapshots: filesystem changes to snapshot, MiB (10,500)",
     )
+    add(
+        "--pause-sizes",
+        default="10",
+        help="pause-resume: filesystem changes kept on suspend, MiB (10; 10,500 adds 500)",
+    )
+    add(
+        "--pause-memory-mib",
+        type=int,
+        default=200,
+        help="pause-resume: memory a process holds, MiB, where the node can checkpoint "
+        "(200; 0: none)",
+    )
+    add("--pause-repeats", type=int, default=3, help="pause-resume: rounds of each case (3)")
     # older benchmarks
     add("--sandboxes", type=int, default=10_000, help="scale: Sandboxes to create (10000)")
     add("--nodes", type=int, default=20, help="scale: kwok nodes, 1000 pods each (20)")
@@ -218,6 +236,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
         "cli_sandboxes",
         "cli_runs",
         "mcp_calls",
+        "pause_repeats",
     ]
     for option in positive:
         if getattr(args, option) < 1:
@@ -225,6 +244,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
     for option in ("claim_rate", "cold_rate", "api_rate", "ready_timeout", "memory_settle"):
         if not getattr(args, option) > 0:
             parser.error(f"--{option.replace('_', '-')} must be positive")
+    if args.pause_memory_mib < 0:
+        parser.error("--pause-memory-mib must be at least 0")
     if args.suspend_sample < 0 or args.latency_samples < 1 or args.latency_suspend_samples < 0:
         parser.error("sample sizes must be positive (suspend samples may be 0)")
     try:
@@ -232,6 +253,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list
         from benchlib.snapshots import parse_sizes
 
         parse_sizes(str(args.snapshot_sizes))
+        parse_sizes(str(args.pause_sizes), flag="--pause-sizes")
     except ValueError as err:
         parser.error(str(err))
     if args.compare and not args.controller_cmd:
@@ -307,6 +329,16 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[ControllerSpec], B
 
             sizes_s = snapshots.SnapshotSizes(snapshots.parse_sizes(args.snapshot_sizes), within)
             return snapshots.run(sizes_s, keep_workdir=keep)
+        if name == PAUSE:
+            from benchlib import pause_resume, snapshots
+
+            sizes_p = pause_resume.PauseSizes(
+                snapshots.parse_sizes(args.pause_sizes, flag="--pause-sizes"),
+                args.pause_memory_mib,
+                args.pause_repeats,
+                within,
+            )
+            return pause_resume.run(sizes_p, keep_workdir=keep)
         if name == CLI:
             from benchlib import cli
 

@@ -22,11 +22,9 @@ gateway), as ``--extensions --snapshot-registry`` would.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,25 +35,8 @@ from kubernetes import client
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api import keepstate as k
-from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS
-from kube_agent_sandbox.controller.config import ControllerOptions
-from kube_agent_sandbox.controller.runtime import (
-    ApiClient,
-    ControllerBuilder,
-    Manager,
-    load_kubeconfig,
-)
-from kube_agent_sandbox.controller.sandbox.setup import setup as sandbox_setup
-from kube_agent_sandbox.extensions.plugin import setup as extensions_setup
-from kube_agent_sandbox.extensions.snapshot import setup as snapshot_setup
-from kube_agent_sandbox.extensions.snapshot.agent import (
-    MemoryCommitter,
-    SnapshotAgent,
-    kubelet_committer,
-    node_committer,
-)
+from kube_agent_sandbox.extensions.snapshot.agent import MemoryCommitter, kubelet_committer
 from kube_agent_sandbox.extensions.snapshot.checkpoint import KubeletCheckpointer
-from kube_agent_sandbox.extensions.snapshot.containerd import ContainerdNode
 from kube_agent_sandbox.extensions.snapshot.settings import RegistrySettings
 from kube_agent_sandbox.testing.access import ClusterAccess
 from kube_agent_sandbox.testing.controller_runner import ControllerRunner
@@ -64,6 +45,7 @@ from kube_agent_sandbox.testing.images.sandbox import sandbox_image
 from kube_agent_sandbox.testing.node.cluster import CONTROLLER_DEPLOYMENT, CONTROLLER_NAMESPACE
 from kube_agent_sandbox.testing.node.workload import sandbox_manifest
 from kube_agent_sandbox.testing.registry import RunningRegistry
+from kube_agent_sandbox.testing.snapshot_stack import run_snapshot_stack
 from kube_agent_sandbox.testing.waiting import ObjectRef, wait_for_object
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -79,11 +61,6 @@ PROGRAM = (
 TIMEOUT = 180.0
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENVD_PORT = 49983
-
-
-def _dockerconfigjson(registry: RunningRegistry) -> bytes:
-    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
-    return json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
 
 
 def _scale_deployed_controller(cluster: ClusterAccess, replicas: int) -> None:
@@ -116,51 +93,6 @@ def deployed_controller_stopped(
         yield
     finally:
         _scale_deployed_controller(cluster, 1)
-
-
-async def _run_stack(
-    kubeconfig: Path,
-    node: Any,
-    namespace: str,
-    settings: RegistrySettings,
-    workdir: Path,
-    body: Callable[[], Awaitable[None]],
-    *,
-    memory: MemoryCommitter | None = None,
-    claims: bool = False,
-) -> None:
-    options = ControllerOptions(
-        extensions=True,
-        snapshot_registry=settings.url,
-        snapshot_registry_auth_file=settings.auth_file,
-        snapshot_registry_ca=settings.ca_file,
-    )
-    async with ApiClient(load_kubeconfig(str(kubeconfig))) as api:
-        manager = Manager(api, metrics_bind_address="0", health_bind_address="0")
-        sandbox_setup(manager, options, namespace=namespace)
-        if claims:  # templates, warm pools and claims too (the gateway's creates), as deployed
-            extensions_setup(manager, options)
-        else:
-            snapshot_setup.setup(manager, options, namespace=namespace)
-        agent = SnapshotAgent(
-            manager.client,
-            # the extensions' setup watches all namespaces: share its informer
-            snapshots=manager.informer(SANDBOX_SNAPSHOTS, namespace=None if claims else namespace),
-            node_name=node.options.node_name,
-            settings=settings,
-            committer=node_committer(ContainerdNode(node.containerd.layout.socket), workdir),
-            memory=memory,
-        )
-        ControllerBuilder(manager, "snapshotter").for_resource(SANDBOX_SNAPSHOTS).with_workers(
-            2
-        ).complete(agent)
-        task = asyncio.create_task(manager.run())
-        try:
-            await body()
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 @dataclass
@@ -269,19 +201,11 @@ def _registry(
 ) -> RegistrySettings:
     """The registry's credentials for the keeper (a file) and for the Pods (a Secret)."""
     auth_file = tmp_path / "registry-auth.json"
-    auth_file.write_bytes(_dockerconfigjson(registry))
+    auth_file.write_bytes(registry.dockerconfigjson())
     settings = RegistrySettings(
         url=registry.url, auth_file=str(auth_file), ca_file=str(registry.ca_file or "")
     )
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "registry", "namespace": namespace},
-            "type": "kubernetes.io/dockerconfigjson",
-            "data": {".dockerconfigjson": base64.b64encode(_dockerconfigjson(registry)).decode()},
-        }
-    )
+    cluster.apply(registry.pull_secret("registry", namespace))
     return settings
 
 
@@ -306,7 +230,9 @@ def test_a_suspend_keeps_the_file_and_the_resume_finds_it(
         await scene.until_logs(lambda out: out == "kept across the suspend", "the file found")
         await scene.clean_up(SNAP)
 
-    asyncio.run(_run_stack(cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario))
+    asyncio.run(
+        run_snapshot_stack(cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario)
+    )
 
 
 # A random token drawn once at the start, and a counter, five times a second: a cold start
@@ -367,7 +293,7 @@ def test_a_suspend_with_memory_keeps_the_process_counting_after_the_resume(
         await scene.clean_up(f"{name}-suspend-2", f"{name}-suspend-4")
 
     asyncio.run(
-        _run_stack(
+        run_snapshot_stack(
             cluster.kubeconfig, node, namespace, scene.settings, tmp_path, scenario, memory=memory
         )
     )
@@ -475,7 +401,7 @@ def test_the_gateway_pause_keeps_the_memory_and_connect_restores_the_process(
         )  # fmt: skip
 
     asyncio.run(
-        _run_stack(
+        run_snapshot_stack(
             cluster.kubeconfig,
             node,
             namespace,

@@ -75,7 +75,8 @@ def _wait_tick(access: ClusterAccess, namespace: str, pod: str, within: float) -
     return tick
 
 
-def _agent_token(access: ClusterAccess, namespace: str) -> str:
+def agent_token(access: ClusterAccess, namespace: str) -> str:
+    """A token of a ServiceAccount bound only to the node agent's generated ClusterRole."""
     rules = [r.to_dict() for r in rbac.normalize_rules(rbacgen.RBAC_RULES)]
     role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT}
     access.apply(
@@ -100,7 +101,8 @@ def _agent_token(access: ClusterAccess, namespace: str) -> str:
     return access.kubectl("-n", namespace, "create", "token", AGENT).stdout.strip()
 
 
-def _kubelet_url(access: ClusterAccess, node_name: str) -> str:
+def kubelet_url(access: ClusterAccess, node_name: str) -> str:
+    """The node's kubelet API address."""
     status = json.loads(access.kubectl("get", "node", node_name, "-o", "json").stdout)["status"]
     address = next(a["address"] for a in status["addresses"] if a["type"] == "InternalIP")
     return f"https://{address}:{status['daemonEndpoints']['kubeletEndpoint']['Port']}"
@@ -123,9 +125,9 @@ def measure_memory(
     access.apply(pod_manifest(holder, HOLDER, str(mib)))
     token, before = _wait_tick(access, namespace, holder, within)
     token_file = workdir / "agent-token"
-    token_file.write_text(_agent_token(access, namespace))
+    token_file.write_text(agent_token(access, namespace))
     checkpointer = KubeletCheckpointer(
-        _kubelet_url(access, node.options.node_name),
+        kubelet_url(access, node.options.node_name),
         node=node.options.node_name,
         token_file=token_file,
         context=ssl_context("", insecure=True),

@@ -28,8 +28,6 @@ them); it does not run a controller.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
 import os
 import time
@@ -92,8 +90,8 @@ class SnapshotSizes:
     memory_mib: int = 200
 
 
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """``10,500`` -> ``(10, 500)``.
+def parse_sizes(text: str, *, flag: str = "--snapshot-sizes") -> tuple[int, ...]:
+    """``10,500`` -> ``(10, 500)``; ``flag`` names the option in the error.
 
     Raises:
         ValueError: Not positive whole MiB.
@@ -103,7 +101,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     except ValueError:
         sizes = ()
     if not sizes or any(size < 1 for size in sizes):
-        raise ValueError(f"--snapshot-sizes {text!r}: positive MiB, e.g. 10,500")
+        raise ValueError(f"{flag} {text!r}: positive MiB, e.g. 10,500")
     return sizes
 
 
@@ -125,18 +123,6 @@ def _pod(name: str, image: str, code: str, *args: str) -> dict[str, Any]:
                 }
             ],
         },
-    }
-
-
-def _pull_secret(registry: RunningRegistry) -> dict[str, Any]:
-    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
-    config = json.dumps({"auths": {registry.host: {"auth": auth}}}).encode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": PULL_SECRET, "namespace": NAMESPACE},
-        "type": "kubernetes.io/dockerconfigjson",
-        "data": {".dockerconfigjson": base64.b64encode(config).decode()},
     }
 
 
@@ -250,7 +236,7 @@ def run(sizes: SnapshotSizes, *, keep_workdir: bool = False) -> BenchResult:
             result.error = "the real-node cluster started without a registry, image or containerd"
             return result
         access.kubectl("create", "namespace", NAMESPACE)
-        access.apply(_pull_secret(registry))
+        access.apply(registry.pull_secret(PULL_SECRET, NAMESPACE))
         workdir = Path(access.kubeconfig).parent / "snapshot-layers"
         workdir.mkdir(exist_ok=True)
         load_before = os.getloadavg()[0]

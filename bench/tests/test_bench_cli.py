@@ -19,6 +19,10 @@ import run
         (["--claims", "0"], "--claims must be at least 1"),
         (["--cold-rate", "0"], "--cold-rate must be positive"),
         (["snapshots", "--snapshot-sizes", "0"], "--snapshot-sizes"),
+        (["pause-resume", "--pause-sizes", "10,x"], "--pause-sizes"),
+        (["pause-resume", "--pause-repeats", "0"], "--pause-repeats must be at least 1"),
+        (["pause-resume", "--pause-memory-mib", "-1"], "--pause-memory-mib must be at least 0"),
+        (["pause-resume", "--controller-cmd", "x"], "run only against this project's controller"),
         (["nonsense"], "unknown scenario"),
     ],
 )

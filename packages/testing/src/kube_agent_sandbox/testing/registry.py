@@ -8,6 +8,8 @@ or without htpasswd credentials. Blobs live in the work directory and go with it
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import secrets
 import ssl
@@ -16,6 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -70,6 +73,21 @@ class RunningRegistry:
         if self.ca_file is None:
             return None
         return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def dockerconfigjson(self) -> bytes:
+        """Its credentials as ``.dockerconfigjson`` (the node agent's file, a Secret's data)."""
+        auth = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        return json.dumps({"auths": {self.host: {"auth": auth}}}).encode()
+
+    def pull_secret(self, name: str, namespace: str) -> dict[str, Any]:
+        """A ``kubernetes.io/dockerconfigjson`` Secret that lets Pods pull from it."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64.b64encode(self.dockerconfigjson()).decode()},
+        }
 
 
 def htpasswd_entry(bin_dir: Path, user: str, password: str) -> str:
