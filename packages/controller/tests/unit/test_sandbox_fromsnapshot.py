@@ -89,3 +89,14 @@ async def test_a_suspended_sandbox_says_suspended_not_waiting() -> None:
     cluster.add(SANDBOXES, make_sandbox(mode="Suspended", annotations=dict(FROM_SNAP)))
     await _reconcile(cluster, keep_state=True)
     assert _ready(cluster)["reason"] == "SandboxSuspended"
+
+
+async def test_a_sandbox_that_had_a_pod_does_not_wait_when_it_comes_back() -> None:
+    # The annotation was added while the Pod ran (the resolver ignores it then): a resume after
+    # a suspend that kept nothing makes the template's Pod again rather than wait forever.
+    cluster = FakeCluster()
+    sandbox = make_sandbox(annotations=dict(FROM_SNAP))
+    sandbox["status"] = {"selector": "agents.x-k8s.io/sandbox-name-hash=abc"}
+    cluster.add(SANDBOXES, sandbox)
+    await _reconcile(cluster, keep_state=True)
+    assert _pod(cluster)["spec"]["containers"][0]["image"] == "pause"

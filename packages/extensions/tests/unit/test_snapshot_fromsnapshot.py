@@ -163,3 +163,12 @@ async def test_a_snapshot_wakes_only_the_sandboxes_still_waiting_for_it() -> Non
     )
     snapshot = {"metadata": {"namespace": NS, "name": "snap"}}
     assert env.resolver.sandboxes_naming(snapshot) == [Request(NS, "box")]
+
+
+async def test_a_sandbox_that_had_a_pod_is_left_alone() -> None:
+    env = _env(dict(FROM_SNAP))
+    env.api.mutate(SANDBOXES, "box", lambda o: o.update(status={"selector": "hash=abc"}), NS)
+    env.snapshot(s.READY, image=IMAGE)
+    await env.run()
+    assert k.ANNOTATION_RESUME_FROM not in env.annotations()
+    assert env.events() == []

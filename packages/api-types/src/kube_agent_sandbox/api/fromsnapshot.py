@@ -18,13 +18,33 @@ runs the resolver (``--extensions`` with ``--snapshot-registry``), so it never w
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from kube_agent_sandbox.api import constants
+from kube_agent_sandbox.api.keepstate import ANNOTATION_RESUME_FROM, ResumeFrom
 
-__all__ = ["ANNOTATION_SNAPSHOT", "ANNOTATION_SNAPSHOT_WAIT", "REASON_WAITING_FOR_SNAPSHOT"]
+__all__ = [
+    "ANNOTATION_SNAPSHOT",
+    "ANNOTATION_SNAPSHOT_WAIT",
+    "REASON_WAITING_FOR_SNAPSHOT",
+    "awaited_snapshot",
+]
 
 ANNOTATION_SNAPSHOT: Final = constants.ANNOTATION_SNAPSHOT
 ANNOTATION_SNAPSHOT_WAIT: Final = f"{constants.EXTENSIONS_GROUP}/snapshot-wait"
 REASON_WAITING_FOR_SNAPSHOT: Final = "WaitingForSnapshot"
 """The Ready condition's reason while the Sandbox waits for its SandboxSnapshot."""
+
+
+def awaited_snapshot(sandbox: dict[str, Any]) -> str:
+    """The SandboxSnapshot whose image the Sandbox's Pod still waits for (``""``: none).
+
+    None once ``resume-from`` is written, and none for a Sandbox that has had a Pod (its status
+    has a ``selector``): the annotation is read once, before the first Pod, as for a claim.
+    """
+    annotations = (sandbox.get("metadata") or {}).get("annotations") or {}
+    if ResumeFrom.parse(annotations.get(ANNOTATION_RESUME_FROM)) is not None:
+        return ""
+    if (sandbox.get("status") or {}).get("selector"):
+        return ""
+    return str(annotations.get(ANNOTATION_SNAPSHOT) or "")

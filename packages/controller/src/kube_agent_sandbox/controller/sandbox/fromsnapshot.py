@@ -15,7 +15,6 @@ import logging
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api import fromsnapshot as f
-from kube_agent_sandbox.api import keepstate as k
 from kube_agent_sandbox.controller.runtime import (
     FALSE,
     Obj,
@@ -36,12 +35,12 @@ def waiting_condition(sandbox: Obj, *, resolver: bool) -> Obj | None:
         resolver: Whether this process runs the extensions' snapshot resolver.
 
     Returns:
-        None when the Pod may be made now (no snapshot named, its image resolved, or no
-        resolver); else Ready False with reason ``WaitingForSnapshot`` and what it waits for.
+        None when the Pod may be made now (no snapshot named, its image resolved, a Pod made
+        before, or no resolver); else Ready False with reason ``WaitingForSnapshot`` and what
+        it waits for.
     """
-    annotations = meta(sandbox).get("annotations") or {}
-    snapshot = str(annotations.get(f.ANNOTATION_SNAPSHOT) or "")
-    if not snapshot or k.ResumeFrom.parse(annotations.get(k.ANNOTATION_RESUME_FROM)) is not None:
+    snapshot = f.awaited_snapshot(sandbox)
+    if not snapshot:
         return None
     if not resolver:
         log.info(
@@ -53,7 +52,7 @@ def waiting_condition(sandbox: Obj, *, resolver: bool) -> Obj | None:
         )
         return None
     message = f"the Pod waits for SandboxSnapshot {snapshot}"
-    wait = str(annotations.get(f.ANNOTATION_SNAPSHOT_WAIT) or "")
+    wait = str((meta(sandbox).get("annotations") or {}).get(f.ANNOTATION_SNAPSHOT_WAIT) or "")
     if wait:
         message += f": {wait}"
     return new_condition(

@@ -12,8 +12,9 @@ annotations (``kube_agent_sandbox.api.fromsnapshot``):
   the core shows in the Ready condition, and a Warning Event when it changes. The snapshot's
   changes wake the Sandboxes naming it.
 
-Once ``resume-from`` is there it is never rewritten: a later change of the annotation does
-nothing, as for a claim. Writes are locked on the resourceVersion the resolver read.
+Once ``resume-from`` is there, or once the Sandbox has had a Pod, the annotation is not read
+again: a later change of it does nothing, as for a claim. Writes are locked on the
+resourceVersion the resolver read.
 """
 
 from __future__ import annotations
@@ -66,14 +67,6 @@ class Waiting:
 
 def _annotations(obj: Obj) -> dict[str, str]:
     return meta(obj).get("annotations") or {}
-
-
-def wanted_snapshot(sandbox: Obj) -> str:
-    """The SandboxSnapshot the Sandbox still waits for (``""``: none, or already resolved)."""
-    annotations = _annotations(sandbox)
-    if k.ResumeFrom.parse(annotations.get(k.ANNOTATION_RESUME_FROM)) is not None:
-        return ""
-    return str(annotations.get(f.ANNOTATION_SNAPSHOT) or "")
 
 
 def resolve(sandbox: Obj, name: str, snapshot: Obj | None) -> k.ResumeFrom | Waiting:
@@ -136,7 +129,7 @@ class SnapshotResolver:
         return [
             Request(namespace, name_of(sandbox))
             for sandbox in self._sandboxes.list(namespace)
-            if wanted_snapshot(sandbox) == name
+            if f.awaited_snapshot(sandbox) == name
         ]
 
     async def reconcile(self, request: Request) -> Result:
@@ -148,7 +141,7 @@ class SnapshotResolver:
         sandbox = self._sandboxes.get(request.namespace, request.name)
         if sandbox is None or meta(sandbox).get("deletionTimestamp"):
             return Result()
-        name = wanted_snapshot(sandbox)
+        name = f.awaited_snapshot(sandbox)
         if not name:
             return Result()
         found = resolve(sandbox, name, self._snapshots.get(request.namespace, name))
