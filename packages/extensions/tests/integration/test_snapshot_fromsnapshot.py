@@ -153,3 +153,26 @@ async def _not_waiting(env: SnapshotEnv, name: str) -> bool:
     sandbox = await env.get(SANDBOXES, name) or {}
     conds = (sandbox.get("status") or {}).get("conditions") or []
     return bool(conds) and all(c["reason"] != f.REASON_WAITING_FOR_SNAPSHOT for c in conds)
+
+
+async def test_a_failed_snapshot_is_named_with_its_reason_and_makes_no_pod(
+    env: SnapshotEnv,
+    namespace: str,
+    controller_runner: ControllerRunner,
+    request: pytest.FixtureRequest,
+    registry_settings: RegistrySettings,
+    agent_sandbox_crds: list[str],
+) -> None:
+    # No node agent runs, so the commit times out: a Failed snapshot without an image.
+    start_snapshot_controller(
+        controller_runner, request, namespace, registry_settings, commit_timeout=3.0
+    )
+    await env.running_sandbox("box")
+    await env.snapshot("snap", "box")
+    await env.until_phase("snap", s.FAILED)
+    await _from_snapshot(env, "fork")
+    cond = await _waiting(env, "fork", "SandboxSnapshot snap failed")
+    assert s.REASON_TIMED_OUT in cond["message"]
+    event = await _event(env, "fork", REASON_SNAPSHOT_NOT_READY, "failed")
+    assert event["type"] == "Warning"
+    assert await env.get(PODS, "fork") is None
