@@ -59,6 +59,7 @@ async def reconcile_children(
         pod=seen.pod,
         pod_failed=pod_step.failed,
         kept=seen.kept,
+        waiting=seen.waiting,
         service=service,
         error_text=errors.text,
         multiple_pods_text=errors.multiple_pods.message if errors.multiple_pods else None,

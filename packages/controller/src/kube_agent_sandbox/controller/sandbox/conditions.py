@@ -194,6 +194,7 @@ def compute_ready(
     service: Obj | None,
     error_text: str | None,
     multiple_pods_text: str | None = None,
+    waiting: Obj | None = None,
 ) -> Obj:
     """The Ready condition, evaluated in upstream's order (upstream v0.5.6
     controllers/sandbox_controller.go, computeReadyCondition).
@@ -204,6 +205,8 @@ def compute_ready(
         service: The Service found, created or adopted, if any.
         error_text: Joined text of every reconcile error, or None.
         multiple_pods_text: Set when several pods are controlled by the Sandbox.
+        waiting: The Ready condition of a Sandbox whose Pod waits for its snapshot's image
+            (fromsnapshot.py); it comes after errors and a suspend.
 
     Returns:
         The condition to set.
@@ -230,6 +233,8 @@ def compute_ready(
         return new_condition(
             c.CONDITION_READY, FALSE, c.REASON_SANDBOX_SUSPENDED, message, observed_generation=gen
         )
+    if waiting is not None:
+        return waiting
     phase = (pod or {}).get("status", {}).get("phase")
     if pod is not None and phase == "Succeeded":
         return new_condition(
@@ -297,13 +302,15 @@ def apply_conditions(
     multiple_pods_text: str | None,
     now: dt.datetime,
     kept: Obj | None = None,
+    waiting: Obj | None = None,
 ) -> None:
     """Compute Suspended, Finished and PodScheduled (both optional) and Ready; set them.
 
     The order of application fixes the list order of a fresh Sandbox ([Suspended,
     PodScheduled, Ready]); a Finished or PodScheduled condition that is not computed is
     removed. Suspended is never removed. ``kept`` replaces the Suspended condition while a
-    suspended Sandbox's Pod is kept to save its state (keepstate.py).
+    suspended Sandbox's Pod is kept to save its state (keepstate.py); ``waiting`` replaces Ready
+    while no Pod is made until the snapshot's image is resolved (fromsnapshot.py).
     """
     status = sandbox.setdefault("status", {})
     if status.get("conditions") is None:
@@ -323,6 +330,7 @@ def apply_conditions(
         service=service,
         error_text=error_text,
         multiple_pods_text=multiple_pods_text,
+        waiting=waiting,
     )
     set_status_condition(conditions, ready, now=now)
     if finished is None:

@@ -33,6 +33,7 @@ from kube_agent_sandbox.controller.runtime import (
     wrap,
 )
 from kube_agent_sandbox.controller.sandbox.errors import MultiplePodsError
+from kube_agent_sandbox.controller.sandbox.fromsnapshot import waiting_condition
 from kube_agent_sandbox.controller.sandbox.keepstate import kept_condition, opt_in
 from kube_agent_sandbox.controller.sandbox.ownership import (
     cannot_adopt_message,
@@ -59,6 +60,8 @@ class PodSeen:
     pod: Obj | None = None
     kept: Obj | None = None
     """The Suspended condition when a suspended Sandbox's Pod is kept to save its state."""
+    waiting: Obj | None = None
+    """The Ready condition when no Pod is made yet: it waits for its snapshot's image."""
 
 
 def _pod_event_attributes(pod: Obj) -> dict[str, str]:
@@ -103,7 +106,9 @@ async def reconcile_pod(
     elif pod is not None:
         await _reconcile_existing_pod(ctx, sandbox, pod, name_hash, seen, deferral=deferral)
     else:
-        await _create_pod(ctx, sandbox, name_hash, seen, deferral=deferral)
+        seen.waiting = waiting_condition(sandbox, resolver=ctx.keep_state)
+        if seen.waiting is None:
+            await _create_pod(ctx, sandbox, name_hash, seen, deferral=deferral)
 
 
 def _names_its_own_pod(sandbox: Obj) -> bool:

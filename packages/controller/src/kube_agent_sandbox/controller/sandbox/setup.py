@@ -122,7 +122,8 @@ def setup(
         tracer=tracer_for(enabled=options.enable_tracing),
         write_behind_window=options.sandbox_write_behind_window,
         status_coalesce_window=options.sandbox_status_coalesce_window,
-        # The state keeper runs with the SandboxSnapshot controller in this same process.
+        # The state keeper and the snapshot resolver run with the SandboxSnapshot controller in
+        # this same process.
         keep_state=options.extensions and bool(options.snapshot_registry),
     )
     if options.sandbox_write_behind_window > 0:

@@ -28,7 +28,9 @@ class StepContext:
         cluster_domain: DNS domain of the cluster, for ``status.serviceFQDN``.
         pod_names: The pod-name annotations this controller wrote (read-your-writes).
         keep_state: This process runs the extensions' state keeper, so a suspended Sandbox
-            that opts in keeps its Pod until the keeper reports its state saved (keepstate.py).
+            that opts in keeps its Pod until the keeper reports its state saved (keepstate.py);
+            the snapshot resolver runs beside it, so a Sandbox created from a snapshot gets no
+            Pod until its image is resolved (fromsnapshot.py).
     """
 
     client: Client

@@ -3,7 +3,8 @@
 It runs with ``--extensions`` when ``--snapshot-registry`` is set: SandboxSnapshots are the
 primary resource, Sandboxes are cached to find a snapshot's source. The state keeper
 (``keepstate.py``) runs beside it: Sandboxes are its primary resource, and the snapshots it made
-wake their Sandbox.
+wake their Sandbox. So does the snapshot resolver (``fromsnapshot.py``) of Sandboxes created
+from a snapshot, which a snapshot wakes when they name it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import ControllerBuilder
+from kube_agent_sandbox.extensions.snapshot.fromsnapshot import SnapshotResolver
 from kube_agent_sandbox.extensions.snapshot.keepstate import StateKeeper, snapshot_to_sandbox
 from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
 from kube_agent_sandbox.extensions.snapshot.reconciler import SnapshotReconciler
@@ -30,6 +32,8 @@ CONTROLLER_NAME: Final = "sandboxsnapshot"
 EVENT_REPORTER: Final = "sandboxsnapshot-controller"
 KEEPER_NAME: Final = "sandbox-keepstate"
 KEEPER_EVENT_REPORTER: Final = "sandbox-keepstate-controller"
+RESOLVER_NAME: Final = "sandbox-fromsnapshot"
+RESOLVER_EVENT_REPORTER: Final = "sandbox-fromsnapshot-controller"
 WORKERS: Final = 4
 
 RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
@@ -113,6 +117,19 @@ def setup(
         .watches(SANDBOX_SNAPSHOTS, snapshot_to_sandbox)
         .with_workers(WORKERS)
         .complete(keeper)
+    )
+    resolver = SnapshotResolver(
+        manager.client,
+        sandboxes=sandboxes,
+        snapshots=snapshots,
+        recorder=manager.event_recorder(RESOLVER_EVENT_REPORTER),
+    )
+    (
+        ControllerBuilder(manager, RESOLVER_NAME)
+        .for_resource(SANDBOXES)
+        .watches(SANDBOX_SNAPSHOTS, resolver.sandboxes_naming)
+        .with_workers(WORKERS)
+        .complete(resolver)
     )
     log.info("sandboxsnapshot controller registered", extra={"registry": settings.url})
     return reconciler
