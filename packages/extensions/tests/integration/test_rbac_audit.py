@@ -77,8 +77,7 @@ _WHY: dict[str, str] = {
     "(test_idle_shutdown.py runs it under these rules)",
     "snapshots": "the SandboxSnapshot controller runs only with --snapshot-registry, which this "
     "run leaves off (test_snapshot_controller.py runs it under these rules, and its state keeper, "
-    "which creates a snapshot per suspend and deletes those a newer save replaced, in "
-    "test_snapshot_keepstate.py, and its reads of a "
+    "which creates a snapshot per suspend, in test_snapshot_keepstate.py, and its reads of a "
     "commit's Node, for NodeLost, in test_snapshot_failures.py); a claim reads a snapshot only "
     "when it is annotated with one",
 }
@@ -145,7 +144,7 @@ _GRANTS: dict[str, list[Grant]] = {
     "snapshots": [
         *(
             (verb, _EXT, "sandboxsnapshots")
-            for verb in ("get", "list", "watch", "create", "patch", "update", "delete")
+            for verb in ("get", "list", "watch", "create", "patch", "update")
         ),
         *((verb, _EXT, "sandboxsnapshots/status") for verb in ("get", "patch", "update")),
         ("get", "", "nodes"),
