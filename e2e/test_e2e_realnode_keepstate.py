@@ -176,18 +176,10 @@ class Scene:
         return await self.wait(self.ref("Pod"), new_and_running, "the Pod of the resume running")
 
     async def clean_up(self, *snapshots: str) -> None:
-        """Leave nothing behind: the snapshots' finalizer needs this process's controller (the
-        keeper deletes a deleted Sandbox's saves itself, hence ``--ignore-not-found``)."""
+        """Leave nothing behind: the snapshots' finalizer needs this process's controller."""
         for kind, name in [("sandbox", self.name)] + [("sandboxsnapshot", s) for s in snapshots]:
             await asyncio.to_thread(
-                self.cluster.kubectl,
-                "-n",
-                self.namespace,
-                "delete",
-                kind,
-                name,
-                "--wait=true",
-                "--ignore-not-found",
+                self.cluster.kubectl, "-n", self.namespace, "delete", kind, name, "--wait=true"
             )
 
 

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
-from snapshot_agent_runner import manifest_status
 from snapshot_support import (
     SECRET,
     FolderCommitter,
@@ -95,6 +94,16 @@ def controller(
 ) -> RegistrySettings:
     _start_controller(controller_runner, request, namespace, registry_settings)
     return registry_settings
+
+
+async def _manifest_status(settings: RegistrySettings, env: SnapshotEnv, image: str) -> int:
+    _, repository, digest = s.split_image(image)
+    async with await settings.client() as registry:
+        try:
+            await registry.get_manifest(repository, digest)
+        except RegistryError as err:
+            return err.status
+    return 200
 
 
 async def _memory_snapshot_committing(env: SnapshotEnv) -> Obj:
@@ -185,7 +194,7 @@ async def test_ready_with_a_digest_survives_its_sandbox_and_deleting_it_removes_
     assert image.endswith(ready["status"]["digest"])
     assert ready["status"]["size"] > 0
     assert ready["status"]["completionTime"]
-    assert await manifest_status(controller, image) == 200
+    assert await _manifest_status(controller, env, image) == 200
 
     # No owner reference: the snapshot outlives its Sandbox.
     assert not ready["metadata"].get("ownerReferences")
@@ -195,7 +204,7 @@ async def test_ready_with_a_digest_survives_its_sandbox_and_deleting_it_removes_
 
     await env.delete(SANDBOX_SNAPSHOTS, "snap")
     await env.until_gone(SANDBOX_SNAPSHOTS, "snap")
-    assert await manifest_status(controller, image) == 404
+    assert await _manifest_status(controller, env, image) == 404
 
 
 async def test_two_snapshots_of_one_sandbox_at_once_both_succeed_in_turn(
@@ -293,13 +302,13 @@ async def test_wrong_credentials_keep_the_snapshot_until_the_secret_is_fixed(
     ready = await _committed_snapshot(cluster, env, namespace, registry_settings, tmp_path)
     await env.delete(SANDBOX_SNAPSHOTS, "snap")
     await _kept_with(env, s.REASON_CREDENTIALS_REFUSED)
-    assert await manifest_status(registry_settings, ready["status"]["image"]) == 200
+    assert await _manifest_status(registry_settings, env, ready["status"]["image"]) == 200
 
     # Fixed credentials (the kubelet rewrites a mounted Secret) are read on the next retry;
     # the image goes, then the object.
     _auth_file(mine, oci_registry, oci_registry.password or "")
     await env.until_gone(SANDBOX_SNAPSHOTS, "snap")
-    assert await manifest_status(registry_settings, ready["status"]["image"]) == 404
+    assert await _manifest_status(registry_settings, env, ready["status"]["image"]) == 404
 
 
 async def test_registry_down_keeps_the_snapshot_until_it_is_back(
@@ -330,7 +339,7 @@ async def test_registry_down_keeps_the_snapshot_until_it_is_back(
         # Back on the same port and storage: the retry deletes the image, then the object goes.
         _restart(supervisor, tmp_path / "registry" / "registry.yaml")
         await env.until_gone(SANDBOX_SNAPSHOTS, "snap")
-        assert await manifest_status(settings, ready["status"]["image"]) == 404
+        assert await _manifest_status(settings, env, ready["status"]["image"]) == 404
     finally:
         supervisor.stop_all()
 
@@ -375,7 +384,7 @@ async def test_a_registry_refusing_deletes_is_named_and_keep_image_lets_it_go(
             {"metadata": {"annotations": {s.ANNOTATION_KEEP_IMAGE: "true"}}},
         )
         await env.until_gone(SANDBOX_SNAPSHOTS, "snap")
-        assert await manifest_status(settings, ready["status"]["image"]) == 200
+        assert await _manifest_status(settings, env, ready["status"]["image"]) == 200
     finally:
         supervisor.stop_all()
 

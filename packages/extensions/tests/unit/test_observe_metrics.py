@@ -111,11 +111,3 @@ def test_finished_snapshots_are_counted_by_namespace_phase_and_reason() -> None:
     SnapshotMetrics(registry).finished("ns", "Failed", "SourceDeleted")
     labels = {"namespace": "ns", "phase": "Failed", "reason": "SourceDeleted"}
     assert _value(registry, "agent_sandbox_snapshots_finished_total", **labels) == 2
-
-
-def test_deleted_suspend_snapshots_are_counted_by_namespace_and_reason() -> None:
-    registry = CollectorRegistry()
-    SnapshotMetrics(registry).deleted("ns", "Superseded")
-    SnapshotMetrics(registry).deleted("ns", "Superseded")
-    labels = {"namespace": "ns", "reason": "Superseded"}
-    assert _value(registry, "agent_sandbox_suspend_snapshots_deleted_total", **labels) == 2

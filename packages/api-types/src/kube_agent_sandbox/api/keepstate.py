@@ -30,7 +30,6 @@ from typing import Any, Final
 from kube_agent_sandbox.api import constants
 
 __all__ = [
-    "ANNOTATION_KEEP",
     "ANNOTATION_RESUME_FROM",
     "ANNOTATION_SNAPSHOT_ON_SUSPEND",
     "ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK",
@@ -57,9 +56,6 @@ ANNOTATION_SNAPSHOT_ON_SUSPEND_FALLBACK: Final = (
 node cannot checkpoint (``MemorySnapshotUnsupported``), rather than keep the Pod unsaved."""
 ANNOTATION_SUSPEND_SNAPSHOT: Final = "extensions.agents.x-k8s.io/suspend-snapshot"
 ANNOTATION_RESUME_FROM: Final = "extensions.agents.x-k8s.io/resume-from"
-ANNOTATION_KEEP: Final = "extensions.agents.x-k8s.io/keep"
-"""On a SandboxSnapshot the keeper made: ``"true"`` spares it when a newer save supersedes it or
-its Sandbox is deleted (unlike ``keep-image``, which keeps the image of a deleted snapshot)."""
 ANNOTATION_SNAPSHOT_PULL_SECRET: Final = constants.ANNOTATION_SNAPSHOT_PULL_SECRET
 """A ``kubernetes.io/dockerconfigjson`` Secret the Pod pulls a snapshot's image with."""
 

@@ -2,10 +2,9 @@
 
 A Sandbox annotated ``extensions.agents.x-k8s.io/snapshot-on-suspend: Filesystem`` that is
 suspended while its Pod runs gets a SandboxSnapshot ``<sandbox>-suspend-<generation>`` (owned by
-nobody: the keeper deletes it once superseded or orphaned, see below). The core Sandbox
-controller keeps the Pod meanwhile (``kube_agent_sandbox.controller.sandbox.keepstate``); this
-reconciler tells it how the save goes through annotations on the Sandbox
-(``kube_agent_sandbox.api.keepstate``):
+nobody, so it outlives the Sandbox). The core Sandbox controller keeps the Pod meanwhile
+(``kube_agent_sandbox.controller.sandbox.keepstate``); this reconciler tells it how the save
+goes through annotations on the Sandbox (``kube_agent_sandbox.api.keepstate``):
 
 * the snapshot is Pending or Committing: progress ``Saving``;
 * it is Ready: progress ``Saved`` and ``resume-from`` (the pinned image, which container, the
@@ -22,10 +21,6 @@ reconciler tells it how the save goes through annotations on the Sandbox
   ``mode: Filesystem``. Other failures (a push that failed...) never fall back: the files
   would fail the same way, and a retry may keep the memory.
 
-Saves that nothing needs any more go (``suspendgc.py`` says which): the older ones once a newer
-save is the Sandbox's ``resume-from``, with a Normal Event ``SuspendSnapshotsDeleted`` on the
-Sandbox; all of them once the Sandbox is gone.
-
 Every write to the Sandbox is locked on the resourceVersion the keeper read it at: a resume that
 lands meanwhile makes the write fail (and the next pass sees the Sandbox running and stops), so
 a save is never reported for a Pod that went on running. The progress also names the Sandbox's
@@ -40,7 +35,7 @@ from typing import Final
 
 from kube_agent_sandbox.api import constants as c
 from kube_agent_sandbox.api import keepstate as k
-from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.api.rest import PODS
 from kube_agent_sandbox.controller.runtime import (
     ApiError,
@@ -60,21 +55,16 @@ from kube_agent_sandbox.controller.runtime import (
     uid_of,
 )
 from kube_agent_sandbox.extensions.snapshot import status as s
-from kube_agent_sandbox.extensions.snapshot import suspendgc as gc
-from kube_agent_sandbox.extensions.snapshot.metrics import SnapshotMetrics
 from kube_agent_sandbox.extensions.snapshot.reconciler import pod_name_of
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_SAVED_ON_SUSPEND: Final = gc.ANNOTATION_SAVED_ON_SUSPEND
+ANNOTATION_SAVED_ON_SUSPEND: Final = "extensions.agents.x-k8s.io/saved-on-suspend"
+"""On a SandboxSnapshot the keeper made: the UID of the Pod it saves."""
 FIELD_MANAGER: Final = "agent-sandbox-state-keeper"
 
 REASON_STATE_SAVED: Final = "StateSaved"
 REASON_INVALID_MODE: Final = "InvalidSnapshotOnSuspend"
-REASON_SNAPSHOTS_DELETED: Final = "SuspendSnapshotsDeleted"
-# Why a snapshot saved on suspend was deleted (the metric's reason label).
-DELETED_SUPERSEDED: Final = "Superseded"
-DELETED_SANDBOX_DELETED: Final = "SandboxDeleted"
 FALLBACK_SUFFIX: Final = "-filesystem"
 _NAME_MAX: Final = 100  # the default tag is the name: at most 128 characters
 
@@ -110,7 +100,6 @@ class StateKeeper:
         sandboxes: Cache of Sandboxes.
         snapshots: Cache of SandboxSnapshots.
         recorder: Receives the Events about the Sandbox.
-        metrics: Counts the snapshots deleted.
     """
 
     def __init__(
@@ -120,13 +109,11 @@ class StateKeeper:
         sandboxes: Reader,
         snapshots: Reader,
         recorder: EventRecorder | None = None,
-        metrics: SnapshotMetrics | None = None,
     ) -> None:
         self._client = client
         self._sandboxes = sandboxes
         self._snapshots = snapshots
         self._recorder = recorder
-        self._metrics = metrics
 
     async def reconcile(self, request: Request) -> Result:
         """Move the save of the Sandbox named by ``request`` along.
@@ -135,19 +122,13 @@ class StateKeeper:
             KeepStateRetry: A write conflicted or failed; retried with backoff.
         """
         sandbox = self._sandboxes.get(request.namespace, request.name)
-        if sandbox is not None and meta(sandbox).get("deletionTimestamp"):
+        if sandbox is None or meta(sandbox).get("deletionTimestamp"):
+            return Result()
+        mode = _opt_in(sandbox)
+        suspended = (sandbox.get("spec") or {}).get("operatingMode") == c.OPERATING_MODE_SUSPENDED
+        if not mode or not suspended:
             return Result()
         try:
-            if sandbox is None:
-                await self._collect_orphans(request)
-                return Result()
-            await self._collect_superseded(sandbox)
-            mode = _opt_in(sandbox)
-            suspended = (sandbox.get("spec") or {}).get(
-                "operatingMode"
-            ) == c.OPERATING_MODE_SUSPENDED
-            if not mode or not suspended:
-                return Result()
             return await self._keep(sandbox, mode)
         except ApiError as exc:
             if exc.not_found:
@@ -158,78 +139,6 @@ class StateKeeper:
                 log.debug("sandbox %s changed under the state keeper; again", request)
                 return Result(requeue=True)
             raise KeepStateRetry(f"keeping the state of sandbox {request}: {exc}") from exc
-
-    async def _collect_superseded(self, sandbox: Obj) -> None:
-        """Delete the saves older than the one the Sandbox resumes from; Event naming them."""
-        annotations = meta(sandbox).get("annotations") or {}
-        resume = k.ResumeFrom.parse(annotations.get(k.ANNOTATION_RESUME_FROM))
-        before = gc.generation_of(resume.snapshot) if resume is not None else None
-        if resume is None or before is None:
-            return  # no save to resume from (or not one of the keeper's): nothing superseded
-        deleted = await self._collect(
-            namespace_of(sandbox), name_of(sandbox), before, DELETED_SUPERSEDED
-        )
-        if deleted:
-            self._event(
-                sandbox,
-                "Normal",
-                REASON_SNAPSHOTS_DELETED,
-                f"SandboxSnapshot {resume.snapshot} supersedes the older saves; deleted "
-                f"SandboxSnapshot {', '.join(deleted)} (and their images)",
-            )
-
-    async def _collect_orphans(self, request: Request) -> None:
-        """Delete the saves of a Sandbox that is gone (read live: the cache may lag a create)."""
-        try:
-            await self._client.get(SANDBOXES, request.namespace, request.name)
-        except ApiError as exc:
-            if not exc.not_found:
-                raise
-        else:
-            return
-        deleted = await self._collect(
-            request.namespace, request.name, None, DELETED_SANDBOX_DELETED
-        )
-        if deleted:
-            log.info(
-                "sandbox %s is gone: deleted its saves, SandboxSnapshot %s",
-                request,
-                ", ".join(deleted),
-            )
-
-    async def _collect(
-        self, namespace: str, sandbox: str, before: int | None, reason: str
-    ) -> list[str]:
-        """Delete the saves of ``sandbox`` that :mod:`suspendgc` lets go; their names.
-
-        The claims are read live, and only when there is a candidate: most passes have none.
-        """
-        found = gc.candidates(sandbox, self._snapshots.list(namespace), before=before)
-        if not found:
-            return []
-        references = gc.References()
-        references.add_sandboxes(self._sandboxes.list(namespace))
-        references.add_claims(
-            (await self._client.list(SANDBOX_CLAIMS, namespace)).get("items") or []
-        )
-        deleted = []
-        for snapshot in gc.unreferenced(found, references):
-            uid = uid_of(snapshot)
-            try:
-                await self._client.delete(
-                    SANDBOX_SNAPSHOTS,
-                    namespace,
-                    name_of(snapshot),
-                    preconditions={"uid": uid} if uid else None,
-                )
-            except ApiError as exc:
-                if not exc.not_found:
-                    raise
-                continue
-            deleted.append(name_of(snapshot))
-            if self._metrics is not None:
-                self._metrics.deleted(namespace, reason)
-        return deleted
 
     async def _keep(self, sandbox: Obj, mode: str) -> Result:
         namespace = namespace_of(sandbox)

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from kube_agent_sandbox.api import constants as c
-from kube_agent_sandbox.api.resources import SANDBOX_CLAIMS, SANDBOX_SNAPSHOTS, SANDBOXES
+from kube_agent_sandbox.api.resources import SANDBOX_SNAPSHOTS, SANDBOXES
 from kube_agent_sandbox.controller.rbac import PolicyRule, rule
 from kube_agent_sandbox.controller.runtime import ControllerBuilder
 from kube_agent_sandbox.extensions.snapshot.fromsnapshot import SnapshotResolver
@@ -38,18 +38,15 @@ WORKERS: Final = 4
 
 RBAC_RULES: Final[tuple[PolicyRule, ...]] = (
     # Snapshots: cached; the finalizer is added and removed with a merge patch; the state
-    # keeper creates one per suspend of an opted-in Sandbox and deletes those superseded or
-    # orphaned.
+    # keeper creates one per suspend of an opted-in Sandbox.
     rule(
         c.EXTENSIONS_GROUP,
         SANDBOX_SNAPSHOTS.plural,
-        ("get", "list", "watch", "create", "patch", "update", "delete"),
+        ("get", "list", "watch", "create", "patch", "update"),
     ),
     rule(c.EXTENSIONS_GROUP, f"{SANDBOX_SNAPSHOTS.plural}/status", ("get", "update", "patch")),
     # The state keeper reports on the Sandbox with annotations (a merge patch).
     rule(c.GROUP, SANDBOXES.plural, ("get", "list", "watch", "patch")),
-    # The keeper never deletes a save a claim starts from (listed only when one may go).
-    rule(c.EXTENSIONS_GROUP, SANDBOX_CLAIMS.plural, ("list",)),
     # The source Pod's node and container (read once per look, not cached).
     rule("", "pods", ("get",)),
     # The commit's Node: deleted or long not Ready fails the commit (NodeLost), not the timeout.
@@ -113,7 +110,6 @@ def setup(
         sandboxes=sandboxes,
         snapshots=snapshots,
         recorder=manager.event_recorder(KEEPER_EVENT_REPORTER),
-        metrics=metrics,
     )
     (
         ControllerBuilder(manager, KEEPER_NAME)
