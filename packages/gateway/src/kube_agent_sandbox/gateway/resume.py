@@ -38,6 +38,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+RESUME_WRITE_ATTEMPTS = 10
+"""Conflicting writes a resume rides out: while a pause is being saved, the state keeper and the
+core controller write the Sandbox too (three were too few in CI under load)."""
+
 RESUMABLE_BY: Final = frozenset({c.SUSPENDED_BY_IDLE, c.SUSPENDED_BY_TIMEOUT})
 READY_BUDGET: Final = 60.0
 """Seconds a resume waits for the Pod to be Ready."""
@@ -214,7 +218,7 @@ class Resumer:
         if sandbox is None:  # checked by resume(); the record is immutable
             raise LookupError(f"sandbox {record.sandbox_id} has no Sandbox object")
         name = str(sandbox["metadata"]["name"])
-        for _ in range(3):
+        for _ in range(RESUME_WRITE_ATTEMPTS):
             if _mode(sandbox) != c.OPERATING_MODE_SUSPENDED:
                 return  # already running (resumed by someone else): just wait for Ready
             annotations: dict[str, str | None] = {c.ANNOTATION_SUSPENDED_BY: None}
